@@ -1,0 +1,322 @@
+"""The deployment profile: the ``kimi`` section of Fabric's configuration, validated.
+
+``load_profile`` takes the merged mapping (defaults, fabric.yaml, ``-f FILE``, per-task command-line
+overrides) and returns a frozen :class:`Profile`, or raises :class:`~kimi_ops.errors.ProfileError`
+naming the key. Validation happens before any remote command runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from .defaults import DEFAULTS, STANDIN_DEFAULTS
+from .errors import ProfileError
+
+ENGINES = ("vllm", "standin")
+HOST_KEY_POLICIES = ("reject", "accept-new")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CC = re.compile(r"^\d+\.\d+$")
+
+
+@dataclass(frozen=True)
+class StandinSettings:
+    """What the stand-in engine emulates (``kimi.standin``)."""
+
+    gpu: str = STANDIN_DEFAULTS["gpu"]
+    gpu_count: int = STANDIN_DEFAULTS["gpu_count"]
+    compute_capability: str = STANDIN_DEFAULTS["compute_capability"]
+    vllm_version: str = STANDIN_DEFAULTS["vllm_version"]
+    load_seconds: float = STANDIN_DEFAULTS["load_seconds"]
+    memory_mib: int = STANDIN_DEFAULTS["memory_mib"]
+    driver_version: str = STANDIN_DEFAULTS["driver_version"]
+    crash_after_seconds: float | None = STANDIN_DEFAULTS["crash_after_seconds"]
+    hang: bool = STANDIN_DEFAULTS["hang"]
+    echo_argv: bool = STANDIN_DEFAULTS["echo_argv"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One deployment: what to serve, how, and where its files live on the host."""
+
+    model: str = DEFAULTS["model"]
+    served_model_name: str = DEFAULTS["served_model_name"]
+    python: str = DEFAULTS["python"]
+    tensor_parallel_size: int = DEFAULTS["tensor_parallel_size"]
+    host: str = DEFAULTS["host"]
+    port: int = DEFAULTS["port"]
+    tool_call_parser: str | None = DEFAULTS["tool_call_parser"]
+    reasoning_parser: str | None = DEFAULTS["reasoning_parser"]
+    trust_remote_code: bool = DEFAULTS["trust_remote_code"]
+    env: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULTS["env"]))
+    extra_args: tuple[str, ...] = ()
+    run_dir: str = DEFAULTS["run_dir"]
+    startup_timeout: float = DEFAULTS["startup_timeout"]
+    stall_timeout: float = DEFAULTS["stall_timeout"]
+    poll_interval: float = DEFAULTS["poll_interval"]
+    grace_seconds: float = DEFAULTS["grace_seconds"]
+    engine: str = DEFAULTS["engine"]
+    patch_kv_config: bool | str = DEFAULTS["patch_kv_config"]
+    api_key: str | None = None
+    api_key_env: str | None = None
+    secret_env: tuple[str, ...] = tuple(DEFAULTS["secret_env"])
+    host_key_policy: str = DEFAULTS["host_key_policy"]
+    known_hosts: str = DEFAULTS["known_hosts"]
+    connect_timeout: float = DEFAULTS["connect_timeout"]
+    standin: StandinSettings = field(default_factory=StandinSettings)
+    hosts: tuple[str, ...] = ()
+    host_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    parallel: int = DEFAULTS["parallel"]
+
+    @property
+    def is_standin(self) -> bool:
+        return self.engine == "standin"
+
+    def with_run_dir(self, run_dir: str) -> Profile:
+        """The same profile with ``run_dir`` resolved (e.g. ``~`` expanded on the host)."""
+        return _replace(self, run_dir=run_dir)
+
+    def for_host(self, host: str) -> Profile:
+        """The profile with ``host_overrides[host]`` applied (fleet deploys)."""
+        over = self.host_overrides.get(host)
+        if not over:
+            return self
+        merged = self.to_dict()
+        merged = merge(merged, dict(over))
+        return load_profile(merged)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON-serialisable mapping of every key (secrets included: do not print it)."""
+        out = asdict(self)
+        out["env"] = dict(self.env)
+        out["extra_args"] = list(self.extra_args)
+        out["secret_env"] = list(self.secret_env)
+        out["hosts"] = list(self.hosts)
+        out["host_overrides"] = {k: dict(v) for k, v in self.host_overrides.items()}
+        return out
+
+
+def _replace(profile: Profile, **changes: Any) -> Profile:
+    from dataclasses import replace
+
+    return replace(profile, **changes)
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge two mappings (``override`` wins; nested mappings are merged, lists replaced)."""
+    out: dict[str, Any] = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and key != "env":
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# --- validation -----------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _num(key: str, value: Any, *, minimum: float = 0.0, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProfileError(key, f"must be a number, got {value!r}")
+    if value < minimum or (value == minimum and not allow_zero):
+        bound = f">= {minimum}" if allow_zero else f"> {minimum}"
+        raise ProfileError(key, f"must be {bound}, got {value!r}")
+    return float(value)
+
+
+def _str(key: str, value: Any, *, optional: bool = False, nonempty: bool = True) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ProfileError(key, f"must be a string, got {type(value).__name__} {value!r}")
+    if nonempty and not value.strip():
+        raise ProfileError(key, "must not be empty")
+    if "\x00" in value:
+        raise ProfileError(key, "must not contain a NUL byte")
+    return value
+
+
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ProfileError(key, f"must be true or false, got {value!r}")
+    return value
+
+
+def _str_list(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ProfileError(
+            key,
+            f"must be a list of strings, got {type(value).__name__} {value!r}",
+            hint='write it as a YAML list, e.g. ["--max-model-len", "131072"]',
+        )
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise ProfileError(f"{key}[{i}]", f"must be a string, got {item!r}")
+        text = str(item)
+        if "\x00" in text:
+            raise ProfileError(f"{key}[{i}]", "must not contain a NUL byte")
+        out.append(text)
+    return tuple(out)
+
+
+def _env(key: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ProfileError(key, f"must be a mapping of NAME: value, got {value!r}")
+    out: dict[str, str] = {}
+    for name, val in value.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise ProfileError(f"{key}.{name}", "is not a valid environment variable name")
+        if isinstance(val, bool) or not isinstance(val, (str, int, float)):
+            raise ProfileError(f"{key}.{name}", f"must be a string, got {val!r}")
+        text = str(val)
+        if "\x00" in text:
+            raise ProfileError(f"{key}.{name}", "must not contain a NUL byte")
+        out[name] = text
+    return out
+
+
+def _standin(value: Any) -> StandinSettings:
+    if not isinstance(value, Mapping):
+        raise ProfileError("standin", f"must be a mapping, got {value!r}")
+    unknown = sorted(set(value) - set(STANDIN_DEFAULTS))
+    if unknown:
+        raise ProfileError(
+            f"standin.{unknown[0]}",
+            "is not a known key",
+            hint="known keys: " + ", ".join(sorted(STANDIN_DEFAULTS)),
+        )
+    data = {**STANDIN_DEFAULTS, **value}
+    count = data["gpu_count"]
+    if not _is_int(count) or count < 0:
+        raise ProfileError("standin.gpu_count", f"must be a whole number >= 0, got {count!r}")
+    cc = str(data["compute_capability"])
+    if not _CC.match(cc):
+        raise ProfileError("standin.compute_capability", f"must look like 12.0, got {cc!r}")
+    version = str(data["vllm_version"])
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise ProfileError("standin.vllm_version", f"is not a version: {version!r}") from None
+    memory = data["memory_mib"]
+    if not _is_int(memory) or memory <= 0:
+        raise ProfileError("standin.memory_mib", f"must be a positive integer, got {memory!r}")
+    crash = data["crash_after_seconds"]
+    return StandinSettings(
+        gpu=_str("standin.gpu", data["gpu"]) or "",
+        gpu_count=count,
+        compute_capability=cc,
+        vllm_version=version,
+        load_seconds=_num("standin.load_seconds", data["load_seconds"], allow_zero=True),
+        memory_mib=memory,
+        driver_version=str(data["driver_version"]),
+        crash_after_seconds=(
+            None if crash is None else _num("standin.crash_after_seconds", crash, allow_zero=True)
+        ),
+        hang=_bool("standin.hang", data["hang"]),
+        echo_argv=_bool("standin.echo_argv", data["echo_argv"]),
+    )
+
+
+def load_profile(
+    config: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Profile:
+    """Validate the ``kimi`` configuration section (merged over the defaults) into a Profile.
+
+    ``overrides`` (per-task command-line values) win over ``config``; keys whose value is None
+    in ``overrides`` are ignored, so a task can pass all its optional flags unconditionally.
+    Raises ProfileError naming the first bad key.
+    """
+    data = merge(DEFAULTS, dict(config or {}))
+    if overrides:
+        data = merge(data, {k: v for k, v in overrides.items() if v is not None})
+    unknown = sorted(set(data) - set(DEFAULTS))
+    if unknown:
+        raise ProfileError(
+            unknown[0],
+            "is not a known key",
+            hint="known keys: " + ", ".join(sorted(DEFAULTS)),
+        )
+
+    tp = data["tensor_parallel_size"]
+    if not _is_int(tp) or tp < 1:
+        raise ProfileError("tensor_parallel_size", f"must be a positive integer, got {tp!r}")
+    port = data["port"]
+    if isinstance(port, str) and port.isdigit():
+        port = int(port)
+    if not _is_int(port) or not 1 <= port <= 65535:
+        raise ProfileError("port", f"must be an integer from 1 to 65535, got {port!r}")
+    engine = data["engine"]
+    if engine not in ENGINES:
+        raise ProfileError("engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    patch = data["patch_kv_config"]
+    if patch not in (True, False, "auto"):
+        raise ProfileError("patch_kv_config", f"must be auto, true or false, got {patch!r}")
+    policy = data["host_key_policy"]
+    if policy not in HOST_KEY_POLICIES:
+        raise ProfileError(
+            "host_key_policy", f"must be one of {', '.join(HOST_KEY_POLICIES)}, got {policy!r}"
+        )
+    api_key_env = _str("api_key_env", data["api_key_env"], optional=True)
+    if api_key_env is not None and not _ENV_NAME.match(api_key_env):
+        raise ProfileError("api_key_env", f"is not an environment variable name: {api_key_env!r}")
+    secret_env = _str_list("secret_env", data["secret_env"])
+    for name in secret_env:
+        if not _ENV_NAME.match(name):
+            raise ProfileError("secret_env", f"is not an environment variable name: {name!r}")
+    parallel = data["parallel"]
+    if not _is_int(parallel) or parallel < 1:
+        raise ProfileError("parallel", f"must be a positive integer, got {parallel!r}")
+    overrides_map = data["host_overrides"]
+    if not isinstance(overrides_map, Mapping) or not all(
+        isinstance(v, Mapping) for v in overrides_map.values()
+    ):
+        raise ProfileError("host_overrides", "must map host names to profile mappings")
+    for host, over in overrides_map.items():
+        bad = sorted(set(over) - set(DEFAULTS))
+        if bad:
+            raise ProfileError(f"host_overrides.{host}.{bad[0]}", "is not a known key")
+
+    return Profile(
+        model=_str("model", data["model"]) or "",
+        served_model_name=_str("served_model_name", data["served_model_name"]) or "",
+        python=_str("python", data["python"]) or "",
+        tensor_parallel_size=tp,
+        host=_str("host", data["host"]) or "",
+        port=port,
+        tool_call_parser=_str("tool_call_parser", data["tool_call_parser"], optional=True),
+        reasoning_parser=_str("reasoning_parser", data["reasoning_parser"], optional=True),
+        trust_remote_code=_bool("trust_remote_code", data["trust_remote_code"]),
+        env=_env("env", data["env"]),
+        extra_args=_str_list("extra_args", data["extra_args"]),
+        run_dir=_str("run_dir", data["run_dir"]) or "",
+        startup_timeout=_num("startup_timeout", data["startup_timeout"]),
+        stall_timeout=_num("stall_timeout", data["stall_timeout"]),
+        poll_interval=_num("poll_interval", data["poll_interval"]),
+        grace_seconds=_num("grace_seconds", data["grace_seconds"], allow_zero=True),
+        engine=engine,
+        patch_kv_config=patch,
+        api_key=_str("api_key", data["api_key"], optional=True),
+        api_key_env=api_key_env,
+        secret_env=secret_env,
+        host_key_policy=policy,
+        known_hosts=_str("known_hosts", data["known_hosts"]) or "",
+        connect_timeout=_num("connect_timeout", data["connect_timeout"]),
+        standin=_standin(data["standin"]),
+        hosts=_str_list("hosts", data["hosts"]),
+        host_overrides={str(k): dict(v) for k, v in overrides_map.items()},
+        parallel=parallel,
+    )

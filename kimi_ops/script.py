@@ -1,0 +1,183 @@
+"""The launch script and the commands that start it, rendered from a Profile (pure).
+
+The script is bash with ``set -euo pipefail``; every value is quoted with :func:`shlex.quote`; it
+exports the environment, loads the secrets file if present, records the launch id, writes its own
+PID to the pidfile and then ``exec``\\ s the server, so the pidfile names the server itself. It
+is uploaded, never sent inline: no multi-line command goes over SSH.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+from . import __version__
+from .defaults import (
+    CURRENT_LOG,
+    ENV_FILE,
+    LAUNCH_ID_FILE,
+    LAUNCH_SCRIPT,
+    LOG_DIR,
+    PIDFILE,
+    STANDIN_CONFIG,
+    STANDIN_SCRIPT,
+)
+from .profile import Profile
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+_LAUNCH_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def q(value: object) -> str:
+    """Shell-quote one value."""
+    return shlex.quote(str(value))
+
+
+def join(argv: Sequence[str]) -> str:
+    return " ".join(q(a) for a in argv)
+
+
+def server_argv(profile: Profile, extra_args: Sequence[str] | None = None) -> list[str]:
+    """The server's arguments (without the interpreter and entry point).
+
+    ``extra_args`` replaces ``profile.extra_args`` (the plan may adjust them for the version).
+    ``--enable-auto-tool-choice`` is added when a tool-call parser is set (vLLM requires it).
+    """
+    extra = list(profile.extra_args if extra_args is None else extra_args)
+    argv = [
+        "--model",
+        profile.model,
+        "--served-model-name",
+        profile.served_model_name,
+        "--host",
+        profile.host,
+        "--port",
+        str(profile.port),
+        "--tensor-parallel-size",
+        str(profile.tensor_parallel_size),
+    ]
+    if profile.trust_remote_code and "--trust-remote-code" not in extra:
+        argv.append("--trust-remote-code")
+    if profile.tool_call_parser:
+        argv += ["--tool-call-parser", profile.tool_call_parser]
+        if "--enable-auto-tool-choice" not in extra:
+            argv.append("--enable-auto-tool-choice")
+    if profile.reasoning_parser:
+        argv += ["--reasoning-parser", profile.reasoning_parser]
+    return argv + extra
+
+
+def engine_command(profile: Profile, extra_args: Sequence[str] | None = None) -> list[str]:
+    """The full argv the script ``exec``\\ s: the real vLLM server, or the stand-in."""
+    run_dir = profile.run_dir.rstrip("/") or "/"
+    if profile.is_standin:
+        entry = [profile.python, f"{run_dir}/{STANDIN_SCRIPT}"]
+    else:
+        entry = [profile.python, "-m", VLLM_MODULE]
+    return entry + server_argv(profile, extra_args)
+
+
+def render_launch_script(
+    profile: Profile,
+    *,
+    extra_args: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """The launch script's text. Deterministic: the same profile renders the same bytes.
+
+    ``run_dir`` must be absolute (resolve ``~`` on the host first). The launch id is the
+    script's first argument, so it does not change the script.
+    """
+    run_dir = profile.run_dir.rstrip("/") or "/"
+    if not run_dir.startswith("/"):
+        raise ValueError(f"run_dir must be absolute here, got {profile.run_dir!r}")
+    environment = dict(profile.env if env is None else env)
+    if profile.is_standin:
+        environment.setdefault("KIMI_STANDIN_CONFIG", f"{run_dir}/{STANDIN_CONFIG}")
+    argv = engine_command(profile, extra_args)
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Launch script rendered by kimi-ops {__version__}; do not edit: "
+        "`fab upload-script` rewrites it.",
+        f"# Serves {profile.served_model_name!r} on port {profile.port} "
+        f"({'stand-in engine: emulates vLLM, loads no model' if profile.is_standin else 'vLLM'}).",
+        "set -euo pipefail",
+        'launch_id="${1:-manual-$(date +%Y%m%dT%H%M%S)}"',
+        f"run_dir={q(run_dir)}",
+        'cd "$run_dir"',
+    ]
+    lines += [f"export {name}={q(value)}" for name, value in sorted(environment.items())]
+    lines += [
+        f'if [ -f "$run_dir"/{ENV_FILE} ]; then set -a; . "$run_dir"/{ENV_FILE}; set +a; fi',
+        f"server={q(argv[0])}",
+        'if [ ! -x "$server" ]; then',
+        '  echo "kimi-ops: the profile\'s python is not an executable file: $server" >&2',
+        "  exit 127",
+        "fi",
+        f"printf '%s\\n' \"$launch_id\" > {LAUNCH_ID_FILE}.tmp && mv -f {LAUNCH_ID_FILE}.tmp "
+        f"{LAUNCH_ID_FILE}",
+        f"printf '%s\\n' \"$$\" > {PIDFILE}.tmp && mv -f {PIDFILE}.tmp {PIDFILE}",
+        'echo "kimi-ops: launch $launch_id: pid $$: exec $server"',
+        "exec " + join(argv),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def script_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def new_launch_id(timestamp: str, suffix: str) -> str:
+    """A launch id from a timestamp (``20261202T130501``) and a short random suffix."""
+    lid = f"{timestamp}-{suffix}"
+    if not _LAUNCH_ID.match(lid):
+        raise ValueError(f"bad launch id {lid!r}")
+    return lid
+
+
+def launch_command(run_dir: str, launch_id: str) -> str:
+    """One line that starts the script detached and prints ``pid=N``.
+
+    ``setsid`` puts the server in its own session (so it outlives SSH; its PID is also its
+    process group), ``nohup`` ignores SIGHUP, stdin is /dev/null, stdout and stderr go to the
+    per-launch log, which ``current.log`` links to.
+    """
+    if not _LAUNCH_ID.match(launch_id):
+        raise ValueError(f"bad launch id {launch_id!r}")
+    r = q(run_dir.rstrip("/") or "/")
+    log = f"{LOG_DIR}/{launch_id}.log"
+    return (
+        f"cd {r} && mkdir -p {LOG_DIR} && : > {log} && ln -sfn {log} {CURRENT_LOG} && "
+        f"sha256sum {LAUNCH_SCRIPT} > {LOG_DIR}/{launch_id}.sha256 && "
+        f"{{ setsid nohup bash {r}/{LAUNCH_SCRIPT} {launch_id} >> {log} 2>&1 < /dev/null & "
+        'echo "pid=$!"; }'
+    )
+
+
+def parse_launch_output(text: str) -> int | None:
+    m = re.search(r"^pid=(\d+)\s*$", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def confirm_command(run_dir: str, pid: int, launch_id: str) -> str:
+    """After launch: is the PID alive, does the log exist, what does the pidfile say."""
+    r = q(run_dir.rstrip("/") or "/")
+    log = f"{r}/{LOG_DIR}/{launch_id}.log"
+    return (
+        f'if kill -0 {int(pid)} 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
+        f"if [ -f {log} ]; then echo log=1; else echo log=0; fi; "
+        f'echo "pidfile=$(cat {r}/{PIDFILE} 2>/dev/null)"; '
+        f"echo @@log; tail -c 4000 {log} 2>/dev/null; true"
+    )
+
+
+def parse_confirm_output(text: str) -> dict[str, str]:
+    head, _, log = text.partition("@@log\n")
+    out = dict(
+        line.split("=", 1) for line in head.splitlines() if "=" in line
+    )
+    out["log"] = log
+    return out

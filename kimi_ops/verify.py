@@ -1,0 +1,252 @@
+"""Verify's decisions: from what each poll saw to waiting / ready / failed (pure).
+
+Each poll reads only the log bytes written since the last one (from an offset), whether the
+server's PID is alive, and, once the log says the server is up, the HTTP checks (health, model
+list, one chat completion with max_tokens=1). Ready means the completion answered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .defaults import CURRENT_LOG, PIDFILE
+from .diagnose import Diagnosis, LogDiagnoser
+from .procs import is_vllm_title, server_args
+from .script import q
+
+#: The most log bytes one poll reads.
+MAX_POLL_BYTES = 4 * 1024 * 1024
+#: Seconds a process may stay alive after the log shows a fatal error before it counts as crashed.
+CRASH_EXIT_GRACE = 10.0
+
+
+def poll_command(run_dir: str, offset: int, max_bytes: int = MAX_POLL_BYTES) -> str:
+    """One line: the pidfile's PID and its command line, the log size, then the new log bytes."""
+    r = q(run_dir.rstrip("/") or "/")
+    log = f"{r}/{CURRENT_LOG}"
+    off = int(offset)
+    return (
+        f"pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); echo \"pid=$pid\"; "
+        'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
+        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
+        f"if [ -e {log} ]; then s=$(stat -L -c %s {log}); else s=-1; fi; "
+        f"n=$((s-{off})); if [ $n -gt {int(max_bytes)} ]; then n={int(max_bytes)}; fi; "
+        "if [ $n -lt 0 ]; then n=0; fi; "
+        'echo "size=$s"; echo "read=$n"; echo @@log; '
+        f'if [ "$n" -gt 0 ]; then tail -c +{off + 1} {log} | head -c "$n"; fi'
+    )
+
+
+@dataclass(frozen=True)
+class PollFacts:
+    """What one poll saw."""
+
+    pid: int | None
+    alive: bool  # the pidfile's PID is a live vLLM server (not a reused PID)
+    log_size: int  # -1 when the log does not exist
+    read: int  # bytes of log returned
+    chunk: str
+
+    @property
+    def log_exists(self) -> bool:
+        return self.log_size >= 0
+
+
+def parse_poll(text: str) -> PollFacts:
+    head, sep, chunk = text.partition("@@log\n")
+    if not sep:
+        head, chunk = text, ""
+    values: dict[str, str] = {}
+    for line in head.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key in ("pid", "args", "size", "read"):
+            values[key] = value
+    pid_text = values.get("pid", "").strip()
+    args = values.get("args")
+    alive = args is not None and (server_args(args) is not None or is_vllm_title(args))
+    return PollFacts(
+        pid=int(pid_text) if pid_text.isdigit() else None,
+        alive=alive,
+        log_size=int(values.get("size", "-1") or -1),
+        read=int(values.get("read", "0") or 0),
+        chunk=chunk,
+    )
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The HTTP checks, as the probe script on the host reports them."""
+
+    health: int | None = None
+    models: tuple[str, ...] = ()
+    models_status: int | None = None
+    chat_status: int | None = None
+    answer: str = ""
+    error: str = ""
+
+    def ready_for(self, served_model_name: str) -> bool:
+        return (
+            self.health == 200
+            and served_model_name in self.models
+            and self.chat_status == 200
+            and not self.error
+        )
+
+    def describe(self, served_model_name: str) -> str:
+        parts = [f"health {self.health or 'no answer'}"]
+        listed = "listed" if served_model_name in self.models else "not listed"
+        parts.append(f"/v1/models {self.models_status or 'no answer'} ({listed})")
+        parts.append(f"chat {self.chat_status or 'no answer'}")
+        if self.error:
+            parts.append(self.error)
+        return ", ".join(parts)
+
+
+def parse_probe(text: str) -> ProbeResult:
+    """Parse the probe script's JSON (the last JSON line of its output)."""
+    data: dict[str, Any] = {}
+    for line in reversed(text.strip().splitlines()):
+        try:
+            data = json.loads(line)
+            break
+        except json.JSONDecodeError:
+            continue
+    if not data:
+        return ProbeResult(error=f"probe printed no result: {text.strip()[-200:]!r}")
+    return ProbeResult(
+        health=data.get("health"),
+        models=tuple(data.get("models") or ()),
+        models_status=data.get("models_status"),
+        chat_status=data.get("chat_status"),
+        answer=str(data.get("answer") or ""),
+        error=str(data.get("error") or ""),
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What verify concluded after a poll. ``state`` is one of :data:`STATES`."""
+
+    state: str
+    message: str
+    diagnosis: Diagnosis
+    probe_due: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.state != "waiting"
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "ready"
+
+
+STATES = ("waiting", "ready", "never_started", "crashed", "timed_out", "stalled")
+
+
+@dataclass
+class VerifyState:
+    """Feeds each poll into the streaming diagnosis and decides.
+
+    Times are seconds from the start of verify, supplied by the caller (no clock here).
+    """
+
+    served_model_name: str
+    startup_timeout: float
+    stall_timeout: float
+    context: dict[str, Any] = field(default_factory=dict)
+    offset: int = 0
+    polls: int = 0
+    last_growth: float = 0.0
+    seen_alive: bool = False
+    fatal_since: float | None = None
+    last_probe: ProbeResult | None = None
+    diagnoser: LogDiagnoser = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.diagnoser = LogDiagnoser(self.context)
+
+    def feed_poll(self, facts: PollFacts, now: float) -> Verdict:
+        self.polls += 1
+        if facts.log_exists and facts.log_size < self.offset:
+            # The log was replaced (a new launch): start over.
+            self.offset = 0
+            self.diagnoser = LogDiagnoser(self.context)
+        if facts.read > 0:
+            self.diagnoser.feed(facts.chunk)
+            self.offset += facts.read
+            self.last_growth = now
+        if facts.alive:
+            self.seen_alive = True
+        return self._decide(facts, now)
+
+    def feed_probe(self, probe: ProbeResult, now: float) -> Verdict:
+        self.last_probe = probe
+        diag = self.diagnoser.diagnosis()
+        if probe.ready_for(self.served_model_name):
+            answer = probe.answer.strip().replace("\n", " ")[:120]
+            return Verdict("ready", f"ready: the chat completion answered {answer!r}", diag)
+        return Verdict("waiting", "up but not ready: " + probe.describe(self.served_model_name), diag)
+
+    @property
+    def caught_up(self) -> bool:
+        return True
+
+    def _decide(self, facts: PollFacts, now: float) -> Verdict:
+        diag = self.diagnoser.diagnosis()
+        if not facts.log_exists and not facts.alive:
+            return Verdict(
+                "never_started",
+                "never started: no log file and no server process",
+                diag,
+            )
+        if diag.failed:
+            if not facts.alive:
+                return Verdict("crashed", f"crashed: {diag.summary}", diag)
+            if self.fatal_since is None:
+                self.fatal_since = now
+            if now - self.fatal_since >= CRASH_EXIT_GRACE:
+                return Verdict("crashed", f"failed (process still alive): {diag.summary}", diag)
+            return Verdict("waiting", f"fatal error in the log: {diag.summary}", diag)
+        if not facts.alive:
+            if facts.pid is None and not self.seen_alive:
+                what = "never started: the launch script wrote no pidfile"
+                return Verdict("never_started", what, diag)
+            if not self.seen_alive and diag.stage is None:
+                return Verdict("never_started", "never started: the server process is not alive", diag)
+            return Verdict("crashed", f"the server exited: {diag.summary}", diag)
+        if now >= self.startup_timeout:
+            return Verdict(
+                "timed_out",
+                f"timed out after {self.startup_timeout:.0f} s at stage {diag.stage or 'none'}; "
+                f"the log last grew {now - self.last_growth:.0f} s ago",
+                diag,
+            )
+        if now - self.last_growth >= self.stall_timeout:
+            return Verdict(
+                "stalled",
+                f"stalled: the log has not grown for {now - self.last_growth:.0f} s "
+                f"(stage {diag.stage or 'none'})",
+                diag,
+            )
+        probe_due = diag.ready or (self.polls % 5 == 0 and diag.stage is not None)
+        return Verdict("waiting", _progress_line(diag), diag, probe_due=probe_due)
+
+
+def _progress_line(diag: Diagnosis) -> str:
+    stage = diag.stage or "starting"
+    return f"{stage} {diag.progress}" if diag.progress else stage
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+
+
+def probe_command(python: str, probe_path: str, port: int, model: str, env_file: str) -> str:
+    """Run the HTTP probe on the host (so no firewall between us and the server matters)."""
+    return " ".join(
+        q(x)
+        for x in (python, probe_path, "--port", str(port), "--model", model, "--env-file", env_file)
+    )

@@ -1,0 +1,73 @@
+"""The profile: defaults for Kimi-K2.5-NVFP4, validation that names the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from kimi_ops.defaults import DEFAULTS
+from kimi_ops.errors import ProfileError
+from kimi_ops.profile import load_profile
+
+
+def test_defaults_are_the_kimi_deployment() -> None:
+    p = load_profile()
+    assert p.model.endswith("Kimi-K2.5-NVFP4")
+    assert p.tensor_parallel_size == 8
+    assert p.env == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
+    assert p.tool_call_parser == "kimi_k2" and p.reasoning_parser == "kimi_k2"
+    assert p.trust_remote_code is True and p.engine == "vllm"
+    assert p.standin.compute_capability == "12.0" and p.standin.vllm_version == "0.17.1"
+    assert p.standin.gpu_count == 8
+    assert set(p.to_dict()) == set(DEFAULTS)
+
+
+def test_overrides_win_and_none_is_ignored() -> None:
+    p = load_profile({"port": 8001, "env": {"A": "1"}}, {"port": 9000, "model": None})
+    assert p.port == 9000 and p.model == DEFAULTS["model"]
+    assert p.env == {"A": "1"}  # env is replaced as a whole, not merged with the defaults
+
+
+def test_nested_standin_keys_merge() -> None:
+    p = load_profile({"engine": "standin", "standin": {"vllm_version": "0.18.0"}})
+    assert p.is_standin and p.standin.vllm_version == "0.18.0" and p.standin.gpu_count == 8
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"port": 0}, "port"),
+        ({"port": 70000}, "port"),
+        ({"port": "http"}, "port"),
+        ({"tensor_parallel_size": 0}, "tensor_parallel_size"),
+        ({"tensor_parallel_size": 2.5}, "tensor_parallel_size"),
+        ({"tensor_parallel_size": True}, "tensor_parallel_size"),
+        ({"bogus": 1}, "bogus"),
+        ({"model": 42}, "model"),
+        ({"model": ""}, "model"),
+        ({"trust_remote_code": "yes"}, "trust_remote_code"),
+        ({"extra_args": "--max-model-len 4096"}, "extra_args"),
+        ({"extra_args": [["x"]]}, "extra_args[0]"),
+        ({"env": {"BAD NAME": "1"}}, "env.BAD NAME"),
+        ({"env": ["A=1"]}, "env"),
+        ({"engine": "sglang"}, "engine"),
+        ({"patch_kv_config": "yes"}, "patch_kv_config"),
+        ({"startup_timeout": -1}, "startup_timeout"),
+        ({"host_key_policy": "accept-all"}, "host_key_policy"),
+        ({"standin": {"gpu_count": -1}}, "standin.gpu_count"),
+        ({"standin": {"vllm_version": "latest"}}, "standin.vllm_version"),
+        ({"standin": {"colour": "red"}}, "standin.colour"),
+        ({"standin": {"compute_capability": "sm120"}}, "standin.compute_capability"),
+        ({"host_overrides": {"gpu2": {"nope": 1}}}, "host_overrides.gpu2.nope"),
+    ],
+)
+def test_bad_values_name_the_key(config: dict, key: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        load_profile(config)
+    assert info.value.key == key
+    assert f"kimi.{key}" in str(info.value)
+
+
+def test_host_overrides_apply_per_host() -> None:
+    p = load_profile({"host_overrides": {"gpu4": {"tensor_parallel_size": 4}}})
+    assert p.for_host("gpu4").tensor_parallel_size == 4
+    assert p.for_host("gpu8").tensor_parallel_size == 8
