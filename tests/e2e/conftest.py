@@ -1,0 +1,78 @@
+"""Fixtures for the real-SSH end-to-end tests (see harness.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .harness import (
+    SSHD_BIN,
+    SshdHost,
+    SshdServer,
+    SshdStartError,
+    generate_key,
+    start_sshd,
+)
+
+
+def _require_sshd() -> None:
+    """Skip without sshd, unless CI=true (then a missing sshd is a failure)."""
+    if SSHD_BIN.exists():
+        return
+    reason = f"{SSHD_BIN} not found: install openssh-server to run the e2e tests"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true, so this is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def ssh_client_key() -> Iterator[Path]:
+    """One throwaway ed25519 client key shared by every test sshd (so `fab -H a,b -i KEY`)."""
+    _require_sshd()
+    tdir = Path(tempfile.mkdtemp(prefix="kimi-e2e-clientkey-"))
+    try:
+        yield generate_key(tdir / "id_ed25519", comment="kimi-e2e-client")
+    finally:
+        shutil.rmtree(tdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sshd(ssh_client_key: Path) -> Iterator[SshdHost]:
+    """A real OpenSSH sshd on 127.0.0.1:<free port>, for the whole session."""
+    try:
+        server = start_sshd(client_key=ssh_client_key)
+    except SshdStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server.host
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def make_sshd(ssh_client_key: Path) -> Iterator[Callable[..., SshdHost]]:
+    """Factory: `make_sshd(address="127.0.0.2", **start_sshd_kwargs) -> SshdHost`.
+
+    Each call starts another sshd (same client key as `sshd` unless client_key= is given);
+    all are stopped at the end of the test."""
+    servers: list[SshdServer] = []
+
+    def _make(address: str = "127.0.0.1", **kwargs) -> SshdHost:
+        kwargs.setdefault("client_key", ssh_client_key)
+        try:
+            server = start_sshd(address=address, **kwargs)
+        except SshdStartError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        servers.append(server)
+        return server.host
+
+    try:
+        yield _make
+    finally:
+        for server in reversed(servers):
+            server.stop()
