@@ -18,10 +18,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .defaults import DEFAULTS, STANDIN_DEFAULTS
-try:  # TEMPORARY while diagnose.py is being written
-    from .diagnose import LABELS, RULES, STAGES, Diagnosis, LogDiagnoser, Rule, diagnose
-except ImportError:
-    pass
+from .diagnose import LABELS, RULES, STAGES, Diagnosis, LogDiagnoser, Rule, diagnose
 from .errors import ConfigPatchError, KimiOpsError, ProfileError, RemoteKilled, StepFailed
 from .kvpatch import FilePatch, patch_text, plan_patch, remove_key, unified_diff
 from .procs import (
@@ -39,10 +36,7 @@ from .profile import Profile, StandinSettings, load_profile
 from .result import Status, StepResult, format_result
 from .script import engine_command, launch_command, render_launch_script, server_argv
 from .shm import ShmFile, ShmPlan, parse_shm_listing, plan_shm_cleanup
-try:  # TEMPORARY
-    from .verify import PollFacts, ProbeResult, Verdict, VerifyState, parse_poll, poll_command
-except ImportError:
-    pass
+from .verify import PollFacts, ProbeResult, Verdict, VerifyState, parse_poll, poll_command
 
 __all__ = [
     "__version__",

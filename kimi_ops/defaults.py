@@ -45,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "poll_interval": 2.0,
     # Seconds kill-stale and stop wait between SIGTERM and SIGKILL.
     "grace_seconds": 20.0,
+    # Where vLLM's leaked shared memory (psm_*, sem.mp-*) lives; clean-shm looks only here.
+    "shm_dir": "/dev/shm",
     # "vllm" runs the real server; "standin" runs kimi_ops/standin.py, which emulates it.
     "engine": "vllm",
     # "auto" lets the plan decide; True/False force the KV-cache config patch.

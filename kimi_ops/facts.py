@@ -524,8 +524,11 @@ def gather_command(profile: Profile) -> str:
         ("proc_net_tcp", "cat /proc/net/tcp /proc/net/tcp6"),
         ("ss_listen", "ss -Hltnp"),
         ("df_run_dir", nearest),
-        ("df_shm", "df -Pk /dev/shm"),
-        ("shm_files", "find /dev/shm -maxdepth 1 -name 'psm_*' -printf '%s\\t%f\\n'"),
+        ("df_shm", f"df -Pk {sh_quote(profile.shm_dir)}"),
+        (
+            "shm_files",
+            f"find {sh_quote(profile.shm_dir)} -maxdepth 1 -name 'psm_*' -printf '%s\\t%f\\n'",
+        ),
         ("logind", logind),
         ("pidfile", f"cat {_join(run_dir, shlex.quote(PIDFILE))}"),
     ]

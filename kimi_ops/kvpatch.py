@@ -42,7 +42,7 @@ class FilePatch:
         return self.old != self.new
 
     def diff(self, directory: str = "") -> str:
-        return unified_diff(self.old, self.new, f"{directory.rstrip('/')}/{self.name}".lstrip("/"))
+        return unified_diff(self.old, self.new, f"{directory.rstrip('/')}/{self.name}")
 
 
 def backup_name(name: str) -> str:
@@ -51,6 +51,7 @@ def backup_name(name: str) -> str:
 
 def unified_diff(old: str, new: str, path: str) -> str:
     """A ``diff -u`` style text (empty when equal)."""
+    path = path.lstrip("/")
     lines = difflib.unified_diff(
         old.splitlines(keepends=True),
         new.splitlines(keepends=True),
@@ -212,7 +213,9 @@ def plan_patch(files: dict[str, str | None]) -> list[FilePatch]:
     """
     for name in REQUIRED_FILES:
         if files.get(name) is None:
-            raise ConfigPatchError(name, "is missing", hint="check kimi.model: it must be the model directory")
+            raise ConfigPatchError(
+                name, "is missing", hint="check kimi.model: it must be the model directory"
+            )
     patches = []
     for name in KV_KEYS:
         text = files.get(name)

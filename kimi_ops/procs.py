@@ -70,8 +70,13 @@ class Selection:
     def pids(self) -> list[int]:
         return [p.pid for p in self.targets]
 
-    def describe(self) -> list[str]:
-        return [f"{p.pid} ({self.reasons.get(p.pid, '')}): {p.args[:160]}" for p in self.targets]
+    def describe(self, most: int = 6) -> list[str]:
+        """One line per process (the first ``most``), then how many more."""
+        lines = [f"{p.pid} ({self.reasons.get(p.pid, '')}): {p.args[:160]}" for p in self.targets]
+        if len(lines) > most:
+            rest = len(lines) - most
+            lines = lines[:most] + [f"... and {rest} more (the same tree)"]
+        return lines
 
 
 def parse_ps(text: str) -> Listing:

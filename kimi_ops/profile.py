@@ -63,6 +63,7 @@ class Profile:
     stall_timeout: float = DEFAULTS["stall_timeout"]
     poll_interval: float = DEFAULTS["poll_interval"]
     grace_seconds: float = DEFAULTS["grace_seconds"]
+    shm_dir: str = DEFAULTS["shm_dir"]
     engine: str = DEFAULTS["engine"]
     patch_kv_config: bool | str = DEFAULTS["patch_kv_config"]
     api_key: str | None = None
@@ -147,6 +148,13 @@ def _str(key: str, value: Any, *, optional: bool = False, nonempty: bool = True)
     if "\x00" in value:
         raise ProfileError(key, "must not contain a NUL byte")
     return value
+
+
+def _abs_path(key: str, value: Any) -> str:
+    text = _str(key, value) or ""
+    if not text.startswith("/") or "\n" in text:
+        raise ProfileError(key, f"must be an absolute path, got {value!r}")
+    return text.rstrip("/") or "/"
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -307,6 +315,7 @@ def load_profile(
         stall_timeout=_num("stall_timeout", data["stall_timeout"]),
         poll_interval=_num("poll_interval", data["poll_interval"]),
         grace_seconds=_num("grace_seconds", data["grace_seconds"], allow_zero=True),
+        shm_dir=_abs_path("shm_dir", data["shm_dir"]),
         engine=engine,
         patch_kv_config=patch,
         api_key=_str("api_key", data["api_key"], optional=True),
@@ -320,3 +329,29 @@ def load_profile(
         host_overrides={str(k): dict(v) for k, v in overrides_map.items()},
         parallel=parallel,
     )
+
+
+def secret_env_values(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:
+    """The secrets the server gets through its 0600 env file (never its command line).
+
+    ``VLLM_API_KEY`` from ``api_key`` or the local variable ``api_key_env`` names, and each
+    variable in ``secret_env`` (e.g. HF_TOKEN) that is set locally. ``environ`` is the local
+    environment, passed in (this module does no I/O).
+    """
+    out: dict[str, str] = {}
+    key = profile.api_key
+    if key is None and profile.api_key_env:
+        key = environ.get(profile.api_key_env)
+        if not key:
+            raise ProfileError(
+                "api_key_env",
+                f"names the environment variable {profile.api_key_env}, which is not set",
+                hint=f"export {profile.api_key_env}=... before running fab",
+            )
+    if key:
+        out["VLLM_API_KEY"] = key
+    for name in profile.secret_env:
+        value = environ.get(name)
+        if value:
+            out[name] = value
+    return out

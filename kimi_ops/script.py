@@ -126,8 +126,21 @@ def render_launch_script(
     return "\n".join(lines)
 
 
-def script_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+#: The files whose bytes identify a deployment, in the order they are hashed.
+DIGEST_FILES = (LAUNCH_SCRIPT, ENV_FILE, STANDIN_CONFIG)
+
+
+def deployment_digest(files: Mapping[str, bytes]) -> str:
+    """sha256 of the deployment's files concatenated in :data:`DIGEST_FILES` order.
+
+    The launcher records the same digest on the host (``cat ... | sha256sum``) at each launch,
+    so deploy can tell whether the running server was started from exactly these files.
+    """
+    h = hashlib.sha256()
+    for name in DIGEST_FILES:
+        if name in files:
+            h.update(files[name])
+    return h.hexdigest()
 
 
 def new_launch_id(timestamp: str, suffix: str) -> str:
@@ -151,7 +164,8 @@ def launch_command(run_dir: str, launch_id: str) -> str:
     log = f"{LOG_DIR}/{launch_id}.log"
     return (
         f"cd {r} && mkdir -p {LOG_DIR} && : > {log} && ln -sfn {log} {CURRENT_LOG} && "
-        f"sha256sum {LAUNCH_SCRIPT} > {LOG_DIR}/{launch_id}.sha256 && "
+        f"{{ cat {' '.join(DIGEST_FILES)} 2>/dev/null; true; }} | sha256sum > "
+        f"{LOG_DIR}/{launch_id}.sha256 && "
         f"{{ setsid nohup bash {r}/{LAUNCH_SCRIPT} {launch_id} >> {log} 2>&1 < /dev/null & "
         'echo "pid=$!"; }'
     )
@@ -162,13 +176,31 @@ def parse_launch_output(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def running_state_command(run_dir: str) -> str:
+    """The current launch id, the digest recorded when it launched, and the pidfile's process."""
+    r = q(run_dir.rstrip("/") or "/")
+    return (
+        f'id=$(cat {r}/{LAUNCH_ID_FILE} 2>/dev/null || true); echo "launch_id=$id"; '
+        f'if [ -n "$id" ]; then echo "digest=$(cut -d" " -f1 {r}/{LOG_DIR}/"$id".sha256 '
+        '2>/dev/null)"; fi; '
+        f'pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); echo "pid=$pid"; '
+        'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
+        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; true'
+    )
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """``key=value`` lines (the first ``=`` splits)."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
 def confirm_command(run_dir: str, pid: int, launch_id: str) -> str:
     """After launch: is the PID alive, does the log exist, what does the pidfile say."""
     r = q(run_dir.rstrip("/") or "/")
     log = f"{r}/{LOG_DIR}/{launch_id}.log"
     return (
-        f'if kill -0 {int(pid)} 2>/dev/null; then echo alive=1; else echo alive=0; fi; '
-        f"if [ -f {log} ]; then echo log=1; else echo log=0; fi; "
+        f"if kill -0 {int(pid)} 2>/dev/null; then echo alive=1; else echo alive=0; fi; "
+        f"if [ -f {log} ]; then echo logfile=1; else echo logfile=0; fi; "
         f'echo "pidfile=$(cat {r}/{PIDFILE} 2>/dev/null)"; '
         f"echo @@log; tail -c 4000 {log} 2>/dev/null; true"
     )
@@ -176,8 +208,6 @@ def confirm_command(run_dir: str, pid: int, launch_id: str) -> str:
 
 def parse_confirm_output(text: str) -> dict[str, str]:
     head, _, log = text.partition("@@log\n")
-    out = dict(
-        line.split("=", 1) for line in head.splitlines() if "=" in line
-    )
+    out = parse_key_values(head)
     out["log"] = log
     return out

@@ -13,12 +13,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 SHM_DIR = "/dev/shm"
-#: Lists candidates as ``size<TAB>path`` lines.
-LIST_COMMAND = (
-    f"find {SHM_DIR} -maxdepth 1 -type f \\( -name 'psm_*' -o -name 'sem.mp-*' \\) "
-    "-printf '%s\\t%p\\n'"
-)
-_SAFE = re.compile(r"^/dev/shm/(psm_|sem\.mp-)[^/\s]+$")
+_NAME = re.compile(r"^(psm_|sem\.mp-)[^/\s]+$")
+
+
+def list_command(shm_dir: str = SHM_DIR) -> str:
+    """Lists candidates in ``shm_dir`` as ``size<TAB>path`` lines."""
+    return (
+        f"find {shlex.quote(shm_dir)} -maxdepth 1 -type f \\( -name 'psm_*' -o -name 'sem.mp-*' "
+        "\\) -printf '%s\\t%p\\n'"
+    )
+
+
+def _safe(path: str, shm_dir: str) -> bool:
+    head, _, name = path.rpartition("/")
+    return head == shm_dir.rstrip("/") and bool(_NAME.match(name))
 
 
 @dataclass(frozen=True)
@@ -39,12 +47,12 @@ class ShmPlan:
         return sum(f.size for f in self.files)
 
 
-def parse_shm_listing(text: str) -> list[ShmFile]:
-    """Parse :data:`LIST_COMMAND` output, keeping only paths that are vLLM's shm files."""
+def parse_shm_listing(text: str, shm_dir: str = SHM_DIR) -> list[ShmFile]:
+    """Parse :func:`list_command` output, keeping only vLLM's shm files directly in shm_dir."""
     out: list[ShmFile] = []
     for line in text.splitlines():
         size, _, path = line.partition("\t")
-        if size.strip().isdigit() and _SAFE.match(path):
+        if size.strip().isdigit() and _safe(path, shm_dir):
             out.append(ShmFile(path, int(size)))
     return out
 
@@ -57,9 +65,11 @@ def plan_shm_cleanup(files: Sequence[ShmFile], live_server_pids: Sequence[int]) 
     return ShmPlan(tuple(files))
 
 
-def remove_commands(files: Sequence[ShmFile], batch: int = 200) -> list[str]:
+def remove_commands(
+    files: Sequence[ShmFile], shm_dir: str = SHM_DIR, batch: int = 200
+) -> list[str]:
     """``rm -f --`` commands (batched so no command line grows unbounded)."""
-    paths = [f.path for f in files if _SAFE.match(f.path)]
+    paths = [f.path for f in files if _safe(f.path, shm_dir)]
     return [
         "rm -f -- " + " ".join(shlex.quote(p) for p in paths[i : i + batch])
         for i in range(0, len(paths), batch)

@@ -29,7 +29,7 @@ def poll_command(run_dir: str, offset: int, max_bytes: int = MAX_POLL_BYTES) -> 
     log = f"{r}/{CURRENT_LOG}"
     off = int(offset)
     return (
-        f"pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); echo \"pid=$pid\"; "
+        f'pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); echo "pid=$pid"; '
         'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
         'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
         f"if [ -e {log} ]; then s=$(stat -L -c %s {log}); else s=-1; fi; "
@@ -189,7 +189,9 @@ class VerifyState:
         if probe.ready_for(self.served_model_name):
             answer = probe.answer.strip().replace("\n", " ")[:120]
             return Verdict("ready", f"ready: the chat completion answered {answer!r}", diag)
-        return Verdict("waiting", "up but not ready: " + probe.describe(self.served_model_name), diag)
+        return Verdict(
+            "waiting", "up but not ready: " + probe.describe(self.served_model_name), diag
+        )
 
     @property
     def caught_up(self) -> bool:
@@ -216,7 +218,9 @@ class VerifyState:
                 what = "never started: the launch script wrote no pidfile"
                 return Verdict("never_started", what, diag)
             if not self.seen_alive and diag.stage is None:
-                return Verdict("never_started", "never started: the server process is not alive", diag)
+                return Verdict(
+                    "never_started", "never started: the server process is not alive", diag
+                )
             return Verdict("crashed", f"the server exited: {diag.summary}", diag)
         if now >= self.startup_timeout:
             return Verdict(

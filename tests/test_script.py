@@ -69,7 +69,7 @@ def test_script_execs_the_server_with_exact_argv_env_and_pidfile(tmp_path: Path)
 
 
 def test_hostile_strings_reach_the_server_unchanged(tmp_path: Path) -> None:
-    nasty = "/models/my model's \"dir\" $(touch pwned); `id` ;\nnext"
+    nasty = '/models/my model\'s "dir" $(touch pwned); `id` ;\nnext'
     out = _run(
         tmp_path,
         {
@@ -158,7 +158,7 @@ def test_launch_and_confirm_commands_are_single_lines() -> None:
         launch_command("/srv", "x; rm -rf /")
     conf = confirm_command("/srv", 12, lid)
     assert "\n" not in conf
-    parsed = parse_confirm_output("alive=1\nlog=0\npidfile=12\n@@log\nboom\n")
+    parsed = parse_confirm_output("alive=1\nlogfile=0\npidfile=12\n@@log\nboom\n")
     assert parsed["alive"] == "1" and parsed["log"] == "boom\n"
 
 
@@ -168,29 +168,38 @@ def test_launch_command_really_detaches(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     sleeper = tmp_path / "python3"
-    sleeper.write_text(f"#!{sys.executable}\nimport time; print('serving', flush=True); "
-                       "time.sleep(30)\n")
+    sleeper.write_text(
+        f"#!{sys.executable}\nimport time; print('serving', flush=True); time.sleep(30)\n"
+    )
     sleeper.chmod(0o755)
     profile = load_profile({"python": str(sleeper), "run_dir": str(run_dir)})
     (run_dir / "launch.sh").write_text(render_launch_script(profile))
     (run_dir / "launch.sh").chmod(0o700)
     lid = new_launch_id("20261202T120000", "beef01")
     proc = subprocess.run(
-        ["bash", "-c", launch_command(str(run_dir), lid)], capture_output=True, text=True,
+        ["bash", "-c", launch_command(str(run_dir), lid)],
+        capture_output=True,
+        text=True,
         timeout=10,
     )
     pid = parse_launch_output(proc.stdout)
     assert pid is not None
     try:
         for _ in range(50):
-            if (run_dir / "server.pid").exists() and "serving" in (run_dir / "current.log").read_text():
+            if (run_dir / "server.pid").exists() and "serving" in (
+                run_dir / "current.log"
+            ).read_text():
                 break
             time.sleep(0.1)
         assert int((run_dir / "server.pid").read_text()) == pid
         assert os.getpgid(pid) == pid  # its own session and process group
         assert (run_dir / "current.log").resolve() == run_dir / "logs" / f"{lid}.log"
-        conf = subprocess.run(["bash", "-c", confirm_command(str(run_dir), pid, lid)],
-                              capture_output=True, text=True, timeout=10)
+        conf = subprocess.run(
+            ["bash", "-c", confirm_command(str(run_dir), pid, lid)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         parsed = parse_confirm_output(conf.stdout)
         assert parsed["alive"] == "1" and parsed["log"].strip().endswith("serving")
     finally:

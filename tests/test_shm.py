@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from kimi_ops.shm import (
-    LIST_COMMAND,
     ShmFile,
     human_bytes,
+    list_command,
     parse_shm_listing,
     plan_shm_cleanup,
     remove_commands,
@@ -20,7 +20,9 @@ def test_listing_keeps_only_vllm_shm_files() -> None:
     )
     files = parse_shm_listing(text)
     assert [f.path for f in files] == ["/dev/shm/psm_1a2b3c", "/dev/shm/sem.mp-abc_123"]
-    assert "-maxdepth 1" in LIST_COMMAND and "psm_*" in LIST_COMMAND
+    assert "-maxdepth 1" in list_command() and "psm_*" in list_command()
+    assert parse_shm_listing("5\t/tmp/t/psm_1\n", "/tmp/t") == [ShmFile("/tmp/t/psm_1", 5)]
+    assert parse_shm_listing("5\t/tmp/t/psm_1\n") == []  # not in /dev/shm
 
 
 def test_refuses_while_a_server_is_alive() -> None:

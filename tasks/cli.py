@@ -1,0 +1,261 @@
+"""The Fabric tasks. Each is thin: open a session, run steps from :mod:`tasks.steps`, report.
+
+Every deployment task accepts the common profile keys as flags (``--port 8001``,
+``--model /models/x`` ...), which override the ``kimi`` configuration for that run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from invoke import Context, Task, task
+from invoke.exceptions import Exit
+
+from kimi_ops.diagnose import LogDiagnoser
+from kimi_ops.result import skipped
+
+from . import steps
+from .lock import HostLock
+from .session import Session, session
+
+#: Profile keys every deployment task accepts as flags: name -> help.
+COMMON_FLAGS: dict[str, str] = {
+    "model": "model directory on the host (kimi.model)",
+    "port": "server port (kimi.port)",
+    "python": "the host's python with vLLM (kimi.python)",
+    "run_dir": "where script, pidfile and logs live on the host (kimi.run_dir)",
+    "engine": "vllm, or standin (emulates vLLM, loads no model)",
+    "served_model_name": "name clients use (kimi.served_model_name)",
+    "tensor_parallel_size": "GPUs per server (kimi.tensor_parallel_size)",
+}
+_INT_FLAGS = ("port", "tensor_parallel_size")
+
+
+def overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """Command-line values as profile overrides (numbers converted; unset flags dropped)."""
+    out = {k: v for k, v in flags.items() if v is not None}
+    for key in _INT_FLAGS:
+        value = out.get(key)
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            out[key] = int(value)
+    return out
+
+
+def kimi_task(
+    step: str,
+    *,
+    flags: dict[str, tuple[Any, str]] | None = None,
+    dry: bool = False,
+    lock: bool = False,
+) -> Callable[[Callable[..., None]], Task]:
+    """Make a Fabric task from ``fn(session, **own_flags)``.
+
+    The task takes its own ``flags`` (name -> (default, help)) plus :data:`COMMON_FLAGS`;
+    the common ones become profile overrides. ``dry``: the task's own ``--dry`` flag (or
+    ``fab --dry``) prints commands and diffs without changing anything. ``lock``: hold the
+    host's deployment lock while the task runs (one deployment at a time per host). A
+    ``--json`` flag, when the task has one, silences the step-by-step output.
+    """
+    own = dict(flags or {})
+    if dry:
+        own["dry"] = (False, "print the commands and diffs; change nothing")
+
+    def decorate(fn: Callable[..., None]) -> Task:
+        def body(c: Context, **kw: Any) -> None:
+            mine = {k: kw.pop(k) for k in list(kw) if k in own}
+            is_dry = bool(mine.pop("dry", False))
+            quiet = bool(mine.get("json", False))
+            with session(c, overrides(kw), step=step, dry=is_dry, quiet=quiet) as s:
+                if lock:
+                    with HostLock(s.host, s.profile.run_dir, step):
+                        fn(s, **mine)
+                else:
+                    fn(s, **mine)
+
+        params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        for name, (default, _) in own.items():
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
+        for name in COMMON_FLAGS:
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None))
+        body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        body.__name__ = fn.__name__
+        body.__doc__ = fn.__doc__
+        body.__module__ = fn.__module__
+        helps = {**COMMON_FLAGS, **{k: h for k, (_, h) in own.items()}}
+        return task(help=helps)(body)
+
+    return decorate
+
+
+@kimi_task("kill-stale", dry=True)
+def kill_stale(s: Session) -> None:
+    """End this deployment's vLLM server (SIGTERM, grace, SIGKILL); never the shell or decoys."""
+    s.report(steps.kill_stale(s.host, s.profile))
+
+
+@kimi_task("clean-shm", dry=True)
+def clean_shm(s: Session) -> None:
+    """Remove stale /dev/shm/psm_* and sem.mp-* files, only while no vLLM server is alive."""
+    s.report(steps.clean_shm(s.host, s.profile))
+
+
+@kimi_task(
+    "patch-kv-config",
+    flags={"restore": (False, "put the original config files back, byte for byte")},
+    dry=True,
+    lock=True,
+)
+def patch_kv_config(s: Session, restore: bool = False) -> None:
+    """Remove the checkpoint's FP8 KV-cache settings (backup kept; --restore undoes it)."""
+    s.report(steps.patch_kv_config(s.host, s.profile, restore=restore))
+
+
+@kimi_task("upload-script", dry=True)
+def upload_script(s: Session) -> None:
+    """Render the launch script from the profile and the plan; upload it (atomic, checked)."""
+    h, p = s.host, s.profile
+    plan = steps.preflight(h, p).plan
+    s.report(steps.upload_script(h, p, plan=plan, secrets_env=s.secrets))
+
+
+@kimi_task("launch", dry=True, lock=True)
+def launch(s: Session) -> None:
+    """Start the uploaded script detached; confirm the PID is alive and the log exists."""
+    s.report(steps.launch(s.host, s.profile))
+
+
+@kimi_task("verify")
+def verify(s: Session) -> None:
+    """Wait until the server answers a chat completion, or say why it failed."""
+    s.report(steps.verify(s.host, s.profile, s.reporter))
+
+
+@kimi_task("preflight", flags={"json": (False, "print the checks and the plan as JSON")})
+def preflight(s: Session, json: bool = False) -> None:
+    """Check GPUs, vLLM, model files, port, disk, /dev/shm; print the plan. Changes nothing."""
+    outcome = steps.preflight(s.host, s.profile)
+    if json:
+        print(_dumps(outcome.report()))
+        if outcome.result.failed:
+            raise Exit(code=1)
+        return
+    s.report(outcome.result)
+
+
+@kimi_task(
+    "deploy",
+    flags={"restart": (False, "launch anew even if the same profile is already running")},
+    dry=True,
+    lock=True,
+)
+def deploy(s: Session, restart: bool = False) -> None:
+    """Preflight, kill-stale, clean-shm, patch, upload, launch, verify; stops at a failure."""
+    run_deploy(s, restart=restart)
+
+
+def run_deploy(s: Session, *, restart: bool = False) -> None:
+    """The deploy pipeline on one host (each step reported; the first failure ends it)."""
+    h, p = s.host, s.profile
+    pre = steps.preflight(h, p)
+    s.report(pre.result)
+    plan = pre.plan
+    files = steps.upload_files(p, plan=plan, secrets_env=s.secrets)
+    if not restart and not h.dry:
+        unchanged = steps.running_unchanged(h, p, files)
+        if unchanged is not None:
+            s.report(unchanged)
+            s.reporter.recap()
+            return
+    s.report(steps.kill_stale(h, p))
+    s.report(steps.clean_shm(h, p, refuse_fails=False))
+    if plan.patch_kv_config:
+        s.report(steps.patch_kv_config(h, p))
+    else:
+        s.report(skipped("patch-kv-config", plan.reason))
+    for note in plan.notes:
+        s.reporter.info(f"plan: {note}")
+    s.report(steps.upload_script(h, p, plan=plan, secrets_env=s.secrets))
+    if h.dry:
+        s.report(skipped("launch", "dry run"))
+        s.report(skipped("verify", "dry run"))
+        return
+    s.report(steps.launch(h, p))
+    s.report(steps.verify(h, p, s.reporter))
+    s.reporter.recap()
+
+
+@kimi_task("status")
+def status(s: Session) -> None:
+    """Show the server's process, PID, uptime, stage, health and GPU memory."""
+    s.report(steps.status(s.host, s.profile))
+
+
+@kimi_task(
+    "logs",
+    flags={
+        "lines": (50, "how many lines to print (default 50)"),
+        "follow": (False, "keep printing new lines (Ctrl-C ends)"),
+    },
+)
+def logs(s: Session, lines: int = 50, follow: bool = False) -> None:
+    """Print the tail of the current server log (--follow to keep reading)."""
+    _write(steps.read_log(s.host, s.profile, int(lines)))
+    if follow:
+        steps.follow_log(s.host, s.profile, _write)
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+@kimi_task("stop", dry=True, lock=True)
+def stop(s: Session) -> None:
+    """Stop this deployment's server (SIGTERM, then SIGKILL after the grace period)."""
+    s.report(steps.kill_stale(s.host, s.profile, step="stop"))
+
+
+@task(
+    name="diagnose",
+    help={
+        "log": "a local log file to read (default: the current log on the host)",
+        "json": "print the diagnosis as JSON",
+    },
+)
+def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> None:
+    """Name the cause of a failed (or slow) vLLM launch from its log, with the fix."""
+    as_json = json
+    if log:
+        path = Path(log)
+        if not path.is_file():
+            raise Exit(f"error: diagnose: no such file: {log}", code=1)
+        diagnoser = LogDiagnoser()
+        with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+            while chunk := fh.read(1 << 20):
+                diagnoser.feed(chunk)
+        print_diagnosis(diagnoser, as_json, source=str(path))
+        return
+    with session(c, step="diagnose", quiet=as_json) as s:
+        print_diagnosis(steps.diagnose_host_log(s.host, s.profile), as_json, s.host.name)
+
+
+def print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
+    d = diagnoser.diagnosis()
+    if as_json:
+        print(_dumps({"source": source, **d.to_dict()}))
+        return
+    print(f"{source}: {d.label}: {d.summary}")
+    if d.stage:
+        print(f"  stage: {d.stage}" + (f" ({d.progress})" if d.progress else ""))
+    for line in d.evidence[:5]:
+        print(f"  evidence: {line}")
+    if d.hint:
+        print(f"  hint: {d.hint}")
+
+
+_dumps = json.JSONEncoder(indent=2, sort_keys=True).encode

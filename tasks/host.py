@@ -1,0 +1,293 @@
+"""The one place kimi-ops touches a host: run a command, upload bytes, with every failure named.
+
+A :class:`Host` wraps what a Fabric task receives: a ``fabric.Connection`` (``fab -H``) or a plain
+``invoke.Context`` (no ``-H``: the local machine). Every command's exit status is checked; an
+error becomes :class:`~kimi_ops.errors.StepFailed` carrying the step, the command, its stderr and
+a hint. SSH failures (refused, timed out, authentication, unknown host key) become one-line
+errors too. Host keys are checked against known_hosts by default (Fabric's default of accepting
+every key is replaced).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import shlex
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from invoke import Context
+from invoke.exceptions import CommandTimedOut, UnexpectedExit
+
+from kimi_ops.errors import KimiOpsError, RemoteKilled, StepFailed
+from kimi_ops.profile import Profile
+
+KILLED_HINT = (
+    "the remote shell was killed by a signal: something may have killed its own session "
+    "(a `pkill -f` whose pattern matches the shell's command line does exactly that)"
+)
+
+
+@dataclass(frozen=True)
+class Output:
+    """A finished command."""
+
+    command: str
+    stdout: str
+    stderr: str
+    exited: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exited == 0
+
+
+class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """OpenSSH's ``StrictHostKeyChecking=accept-new``: record an unknown key; a changed key is
+    still rejected (paramiko raises BadHostKeyException before consulting the policy)."""
+
+    def __init__(self, known_hosts: Path) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
+        self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with self.known_hosts.open("a") as fh:
+            fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def _is_connection(c: Any) -> bool:
+    return hasattr(c, "client") and hasattr(c, "sftp")
+
+
+def host_label(c: Any) -> str:
+    if not _is_connection(c):
+        return "local"
+    port = getattr(c, "port", 22)
+    return f"{c.user}@{c.host}" + (f":{port}" if port != 22 else "")
+
+
+class Host:
+    """A host the tasks act on, remote (Connection) or local (Context)."""
+
+    def __init__(self, c: Context, profile: Profile, *, dry: bool = False) -> None:
+        self.c = c
+        self.profile = profile
+        self.remote = _is_connection(c)
+        self.name = host_label(c)
+        self.dry = dry or bool(getattr(getattr(c.config, "run", None), "dry", False))
+        self.commands: list[str] = []  # every command run, in order (for reports and tests)
+        self._home: str | None = None
+        if self.remote:
+            self._setup_connection()
+
+    # --- connection ---------------------------------------------------------------------------
+
+    def _setup_connection(self) -> None:
+        c: Any = self.c
+        known = Path(os.path.expanduser(self.profile.known_hosts))
+        client = c.client
+        if known.exists():
+            client.load_host_keys(str(known))
+        if self.profile.host_key_policy == "accept-new":
+            client.set_missing_host_key_policy(AcceptNewPolicy(known))
+        else:
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        if c.connect_timeout is None:
+            c.connect_timeout = int(max(1, self.profile.connect_timeout))
+
+    def _port(self) -> int:
+        return int(getattr(self.c, "port", 22) or 22)
+
+    def connect_error(self, exc: BaseException) -> KimiOpsError:
+        """Turn an SSH-level exception into one line with a hint."""
+        where = self.name
+        host = getattr(self.c, "host", "?")
+        port = self._port()
+        key_name = host if port == 22 else f"[{host}]:{port}"
+        if isinstance(exc, paramiko.BadHostKeyException):
+            return KimiOpsError(
+                f"{where}: the host key has CHANGED (expected {exc.expected_key.get_name()}, "
+                f"got {exc.key.get_name()}); refusing to connect",
+                hint=f"if the host was reinstalled, remove the old key with "
+                f"`ssh-keygen -R '{key_name}' -f {self.profile.known_hosts}`, then connect again",
+            )
+        if isinstance(exc, paramiko.AuthenticationException):
+            return KimiOpsError(
+                f"{where}: SSH authentication failed ({exc})",
+                hint="check the user and the key (`fab -i KEY`), or ssh-agent",
+            )
+        if isinstance(exc, paramiko.SSHException) and "known_hosts" in str(exc):
+            return KimiOpsError(
+                f"{where}: unknown host key for {key_name} (not in {self.profile.known_hosts})",
+                hint=f"verify and add it: `ssh-keyscan -p {port} {host} >> "
+                f"{self.profile.known_hosts}`, or set `kimi.host_key_policy: accept-new`",
+            )
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            return KimiOpsError(
+                f"{where}: connection timed out after {self.profile.connect_timeout:g} s",
+                hint="is the host up and the SSH port reachable?",
+            )
+        if isinstance(
+            exc, (ConnectionRefusedError, paramiko.ssh_exception.NoValidConnectionsError)
+        ):
+            return KimiOpsError(
+                f"{where}: connection refused on port {port}",
+                hint="is sshd running there, and is the port right?",
+            )
+        if isinstance(exc, OSError):
+            return KimiOpsError(f"{where}: cannot connect: {exc}", hint="check the host name")
+        return KimiOpsError(f"{where}: SSH error: {exc}")
+
+    # --- commands -----------------------------------------------------------------------------
+
+    def run(
+        self,
+        command: str,
+        *,
+        step: str,
+        check: bool = True,
+        timeout: float | None = None,
+        hint: str = "",
+        mutating: bool = True,
+    ) -> Output:
+        """Run one single-line command. Raises StepFailed on a non-zero exit when ``check``.
+
+        In dry mode a ``mutating`` command is only printed and "succeeds" with no output.
+        """
+        if "\n" in command:
+            raise ValueError("kimi-ops never sends a multi-line command inline")
+        if self.dry and mutating:
+            print(f"[dry] {self.name}: would run: {command}")
+            return Output(command, "", "", 0)
+        self.commands.append(command)
+        try:
+            result = self.c.run(
+                command,
+                hide=True,
+                warn=True,
+                pty=False,
+                in_stream=False,
+                timeout=timeout,
+                dry=False,
+            )
+        except CommandTimedOut as exc:
+            raise StepFailed(
+                step,
+                f"the command did not finish within {timeout:g} s",
+                command=command,
+                hint=hint or "the host may be overloaded or the command hung",
+            ) from exc
+        except UnexpectedExit as exc:  # only with warn=False; kept for safety
+            result = exc.result
+        except (paramiko.SSHException, OSError) as exc:
+            raise self.connect_error(exc) from exc
+        out = Output(command, result.stdout, result.stderr, int(result.exited))
+        if out.exited == -1:
+            raise RemoteKilled(
+                step,
+                "the remote shell was killed by a signal (exit status -1)",
+                command=command,
+                exited=-1,
+                stderr=out.stderr,
+                hint=KILLED_HINT,
+            )
+        if check and not out.ok:
+            raise StepFailed(
+                step,
+                f"command failed with exit status {out.exited}",
+                command=command,
+                exited=out.exited,
+                stderr=out.stderr or out.stdout[-2000:],
+                hint=hint,
+            )
+        return out
+
+    def home(self) -> str:
+        if self._home is None:
+            if self.remote:
+                self._home = self.run(
+                    'printf "%s" "$HOME"', step="connect", mutating=False
+                ).stdout.strip()
+            else:
+                self._home = os.path.expanduser("~")
+        return self._home
+
+    def resolve(self, path: str) -> str:
+        """Expand a leading ``~`` with the host's home directory."""
+        if path == "~" or path.startswith("~/"):
+            return self.home().rstrip("/") + path[1:]
+        return path
+
+    def read_file(self, path: str, *, step: str) -> str | None:
+        """A text file's content, or None when it does not exist."""
+        qp = shlex.quote(path)
+        out = self.run(
+            f"if [ -f {qp} ]; then cat {qp}; else echo __kimi_ops_missing__ >&2; exit 3; fi",
+            step=step,
+            check=False,
+            mutating=False,
+        )
+        if out.exited == 3 and "__kimi_ops_missing__" in out.stderr:
+            return None
+        if not out.ok:
+            raise StepFailed(
+                step,
+                f"cannot read {path}",
+                command=out.command,
+                exited=out.exited,
+                stderr=out.stderr,
+            )
+        return out.stdout
+
+    def put_bytes(self, data: bytes, path: str, *, mode: int, step: str) -> None:
+        """Upload atomically: a temporary name in the same directory, mode set before the bytes
+        are written, checksum verified, then renamed into place. A failure leaves any previous
+        file untouched."""
+        digest = hashlib.sha256(data).hexdigest()
+        directory = posixpath.dirname(path) or "."
+        tmp = posixpath.join(
+            directory, f".{posixpath.basename(path)}.kimi-ops-{os.getpid()}-{time.time_ns()}.tmp"
+        )
+        if self.dry:
+            print(f"[dry] {self.name}: would upload {len(data)} bytes to {path} (mode {mode:o})")
+            return
+        try:
+            if self.remote:
+                sftp = self.c.sftp()  # type: ignore[attr-defined]
+                with sftp.open(tmp, "wb") as fh:
+                    sftp.chmod(tmp, mode)
+                    fh.write(data)
+            else:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.chmod(tmp, mode)
+        except (OSError, paramiko.SSHException) as exc:
+            self.run(f"rm -f -- {shlex.quote(tmp)}", step=step, check=False)
+            raise StepFailed(
+                step,
+                f"upload to {path} failed: {exc}; the previous file (if any) is unchanged",
+                hint=f"check that {directory} is writable and the disk is not full",
+            ) from exc
+        qt, qp = shlex.quote(tmp), shlex.quote(path)
+        check = self.run(
+            f"printf '%s  %s\\n' {digest} {qt} | sha256sum -c --status - && mv -f -- {qt} {qp}"
+            f" || {{ rm -f -- {qt}; exit 1; }}",
+            step=step,
+            check=False,
+        )
+        if not check.ok:
+            raise StepFailed(
+                step,
+                f"upload to {path} did not verify (checksum mismatch or rename failed); "
+                "the previous file (if any) is unchanged",
+                command=check.command,
+                exited=check.exited,
+                stderr=check.stderr,
+            )

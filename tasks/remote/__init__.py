@@ -1,0 +1,1 @@
+"""Files kimi-ops uploads to the host and runs there (stdlib only)."""

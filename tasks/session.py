@@ -1,0 +1,103 @@
+"""What every task does first and last: load the profile, open the host, report, exit."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from invoke import Context
+from invoke.exceptions import Exit
+
+from kimi_ops.errors import KimiOpsError, StepFailed
+from kimi_ops.profile import Profile, load_profile, secret_env_values
+from kimi_ops.result import StepResult, failed
+
+from .host import Host
+from .report import Reporter
+
+
+def plain(obj: Any) -> Any:
+    """Invoke's DataProxy (and nested ones) as plain dicts and lists."""
+    if hasattr(obj, "items") and hasattr(obj, "__getitem__"):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(x) for x in obj]
+    return obj
+
+
+def kimi_config(c: Context) -> dict[str, Any]:
+    try:
+        section = c.config["kimi"]
+    except (KeyError, AttributeError):
+        return {}
+    return plain(section)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("KIMI_OPS_DEBUG") == "1" or logging.getLogger("invoke").isEnabledFor(
+        logging.DEBUG
+    )
+
+
+@dataclass
+class Session:
+    host: Host
+    profile: Profile
+    reporter: Reporter
+    secrets: dict[str, str]
+
+    def report(self, result: StepResult) -> StepResult:
+        """Print a result; a failed one ends the task with exit status 1."""
+        self.reporter.result(result)
+        if result.failed:
+            raise Exit(code=1)
+        return result
+
+
+def load(c: Context, overrides: Mapping[str, Any] | None = None) -> Profile:
+    """The validated profile (before any remote command)."""
+    return load_profile(kimi_config(c), overrides)
+
+
+@contextmanager
+def session(
+    c: Context,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    step: str,
+    dry: bool = False,
+    quiet: bool = False,
+) -> Iterator[Session]:
+    """Load and validate the profile, wrap the host, resolve run_dir; turn every KimiOpsError
+    into a failed result and a non-zero exit without a traceback (unless debugging)."""
+    reporter = Reporter(None, quiet=quiet)
+    try:
+        profile = load(c, overrides)
+        secrets = secret_env_values(profile, os.environ)
+        host = Host(c, profile, dry=dry)
+        reporter.host = host.name if host.remote else None
+        profile = profile.with_run_dir(host.resolve(profile.run_dir))
+        yield Session(host, profile, reporter, secrets)
+    except Exit:
+        raise
+    except StepFailed as exc:
+        if debug_enabled():
+            raise
+        reporter.result(
+            failed(exc.step, exc.reason, command=exc.command, stderr=exc.stderr, hint=exc.hint)
+        )
+        raise Exit(code=1) from None
+    except KimiOpsError as exc:
+        if debug_enabled():
+            raise
+        hint = f"\n  hint: {exc.hint}" if exc.hint else ""
+        print(f"error: {step}: {exc.message}{hint}", file=sys.stderr, flush=True)
+        raise Exit(code=1) from None
+    except KeyboardInterrupt:
+        print(f"\n{step}: interrupted", file=sys.stderr)
+        raise Exit(code=130) from None

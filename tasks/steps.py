@@ -1,0 +1,702 @@
+"""The operations: each gathers facts with a command, asks kimi_ops, acts, and returns a result.
+
+Every function takes a :class:`~tasks.host.Host` and a validated Profile whose ``run_dir`` is
+already resolved, and returns a :class:`~kimi_ops.result.StepResult` (or raises StepFailed).
+They are composed by the Fabric tasks in :mod:`tasks.cli`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+from kimi_ops import facts as facts_mod
+from kimi_ops import kvpatch, procs, shm
+from kimi_ops import script as launch_script
+from kimi_ops import verify as vfy
+from kimi_ops.defaults import (
+    CURRENT_LOG,
+    ENV_FILE,
+    LAUNCH_ID_FILE,
+    LAUNCH_SCRIPT,
+    LOG_DIR,
+    PIDFILE,
+    PROBE_SCRIPT,
+    STANDIN_CONFIG,
+    STANDIN_SCRIPT,
+)
+from kimi_ops.diagnose import LogDiagnoser, diagnose
+from kimi_ops.errors import StepFailed
+from kimi_ops.facts import HostFacts
+from kimi_ops.preflight import Check, Plan, build_plan, preflight_report, run_checks
+from kimi_ops.profile import Profile
+from kimi_ops.result import StepResult, changed, failed, ok, skipped
+
+from .host import Host
+from .report import Reporter
+
+q = shlex.quote
+Sleep = Callable[[float], None]
+Clock = Callable[[], float]
+
+
+def _run_dir(p: Profile) -> str:
+    return p.run_dir.rstrip("/") or "/"
+
+
+# --- kill-stale / stop ------------------------------------------------------------------------
+
+
+def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None]:
+    """One round trip: the pidfile's PID and the process listing (with the listing shell's PID)."""
+    pidfile = f"{_run_dir(p)}/{PIDFILE}"
+    out = h.run(
+        f"cat {q(pidfile)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; " + procs.LISTING_COMMAND,
+        step=step,
+        mutating=False,
+    )
+    pid_text = next(
+        (
+            ln[len("pidfile=") :].strip()
+            for ln in out.stdout.splitlines()
+            if ln.startswith("pidfile=")
+        ),
+        "",
+    )
+    return procs.parse_ps(out.stdout), int(pid_text) if pid_text.isdigit() else None
+
+
+def kill_stale(
+    h: Host,
+    p: Profile,
+    *,
+    step: str = "kill-stale",
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> StepResult:
+    """End this deployment's server: SIGTERM, a grace period, then SIGKILL. Never the shell
+    running the command, its ancestors, or processes that merely mention vllm."""
+    found, pidfile_pid = listing(h, p, step)
+    selection = procs.select_server_processes(found, port=p.port, pidfile_pid=pidfile_pid)
+    if not selection.targets:
+        return ok(step, f"no server process of this deployment (port {p.port}) is running")
+    lines = tuple(selection.describe())
+    if h.dry:
+        return skipped(
+            step, f"dry run: would end {len(selection.targets)} process(es)", lines=lines
+        )
+    term = h.run(procs.signal_command("TERM", selection.pids), step=step)
+    sent, _ = procs.parse_signal_output(term.stdout)
+    deadline = clock() + p.grace_seconds
+    remaining = list(selection.targets)
+    while remaining and clock() < deadline:
+        sleep(min(0.5, max(0.05, p.grace_seconds / 10)))
+        now, _ = listing(h, p, step)
+        remaining = procs.still_running(selection, now)
+    killed: list[int] = []
+    if remaining:
+        out = h.run(procs.signal_command("KILL", [x.pid for x in remaining]), step=step)
+        killed, _ = procs.parse_signal_output(out.stdout)
+        for _ in range(20):
+            sleep(0.25)
+            now, _ = listing(h, p, step)
+            remaining = procs.still_running(selection, now)
+            if not remaining:
+                break
+        if remaining:
+            return failed(
+                step,
+                f"{len(remaining)} process(es) survived SIGKILL: "
+                + ", ".join(str(x.pid) for x in remaining),
+                lines=lines,
+                hint="a process in uninterruptible sleep (D state) may be stuck in the GPU "
+                "driver; check `ps -o pid,stat,args -p PID` and nvidia-smi",
+            )
+    how = f"SIGTERM to {len(sent)}"
+    if killed:
+        how += f", SIGKILL to {len(killed)} after {p.grace_seconds:g} s"
+    return changed(
+        step,
+        f"ended {len(selection.targets)} process(es) ({how})",
+        lines=lines,
+        data={"pids": selection.pids, "killed": killed},
+    )
+
+
+# --- clean-shm --------------------------------------------------------------------------------
+
+
+def clean_shm(
+    h: Host, p: Profile, *, step: str = "clean-shm", refuse_fails: bool = True
+) -> StepResult:
+    """Remove stale /dev/shm/psm_* and sem.mp-* files, only while no vLLM server is alive."""
+    out = h.run(
+        procs.LISTING_COMMAND
+        + "; echo @@shm; "
+        + shm.list_command(p.shm_dir)
+        + " 2>/dev/null; true",
+        step=step,
+        mutating=False,
+    )
+    ps_text, _, shm_text = out.stdout.partition("@@shm\n")
+    alive = procs.alive_servers(procs.parse_ps(ps_text))
+    files = shm.parse_shm_listing(shm_text, p.shm_dir)
+    plan = shm.plan_shm_cleanup(files, alive.pids)
+    if plan.refused:
+        msg = f"refused: {plan.refused}; {len(files)} shm file(s) left in place"
+        hint = "stop the server first (`fab stop` or `fab kill-stale`)"
+        if refuse_fails:
+            return failed(step, msg, hint=hint, lines=tuple(alive.describe()))
+        return skipped(step, msg, lines=tuple(alive.describe()))
+    if not plan.files:
+        return ok(step, "no stale shared memory in /dev/shm")
+    size = shm.human_bytes(plan.total_bytes)
+    if h.dry:
+        return skipped(
+            step,
+            f"dry run: would remove {len(plan.files)} file(s), {size}",
+            lines=tuple(f.path for f in plan.files[:20]),
+        )
+    for command in shm.remove_commands(plan.files, p.shm_dir):
+        h.run(command, step=step)
+    return changed(
+        step,
+        f"removed {len(plan.files)} stale shm file(s), {size} freed",
+        data={"count": len(plan.files), "bytes": plan.total_bytes},
+    )
+
+
+# --- patch-kv-config --------------------------------------------------------------------------
+
+
+def _model_files(h: Host, p: Profile, step: str) -> dict[str, str | None]:
+    test = h.run(f"test -d {q(p.model)}", step=step, check=False, mutating=False)
+    if not test.ok:
+        raise StepFailed(
+            step,
+            f"the model directory does not exist: {p.model}; nothing was changed",
+            command=test.command,
+            exited=test.exited,
+            hint="set kimi.model to the checkpoint directory on the host",
+        )
+    return {name: h.read_file(f"{p.model}/{name}", step=step) for name in kvpatch.KV_KEYS}
+
+
+def patch_kv_config(
+    h: Host, p: Profile, *, restore: bool = False, step: str = "patch-kv-config"
+) -> StepResult:
+    """Remove (or, with ``restore``, bring back) the checkpoint's FP8 KV-cache settings."""
+    if restore:
+        return _restore(h, p, step)
+    files = _model_files(h, p, step)
+    try:
+        patches = kvpatch.plan_patch(files)
+    except kvpatch.ConfigPatchError as exc:
+        raise StepFailed(
+            step, f"{p.model}/{exc.message}", hint=exc.hint or "nothing was changed"
+        ) from exc
+    todo = [fp for fp in patches if fp.changed]
+    if not todo:
+        return ok(
+            step, "no FP8 KV-cache settings in the checkpoint: nothing to patch (already patched?)"
+        )
+    diff = "".join(fp.diff(p.model) for fp in todo)
+    removed = ", ".join(k for fp in todo for k in fp.removed)
+    if h.dry:
+        return skipped(step, f"dry run: would remove {removed}", diff=diff)
+    done: list[str] = []
+    for fp in todo:
+        path = f"{p.model}/{fp.name}"
+        backup = f"{p.model}/{kvpatch.backup_name(fp.name)}"
+        try:
+            mode = h.run(f"stat -c %a {q(path)}", step=step, mutating=False).stdout.strip()
+            h.run(
+                f"test -e {q(backup)} || cp -p -- {q(path)} {q(backup)}",
+                step=step,
+                hint=f"cannot write a backup next to {path}; is the model directory writable?",
+            )
+            h.put_bytes(fp.new.encode(), path, mode=int(mode or "644", 8), step=step)
+        except StepFailed as exc:
+            rolled = _roll_back(h, p, done, step)
+            raise StepFailed(
+                step,
+                f"patching {fp.name} failed: {exc.reason}. Changed: nothing"
+                + (f" ({', '.join(done)} rolled back from backup)" if rolled else "")
+                + f"; originals kept{' in *' + kvpatch.backup_name('') if done else ''}",
+                command=exc.command,
+                exited=exc.exited,
+                stderr=exc.stderr,
+                hint=exc.hint,
+            ) from exc
+        done.append(fp.name)
+    return changed(
+        step,
+        f"removed {removed}; originals kept as *{kvpatch.backup_name('')}",
+        diff=diff,
+    )
+
+
+def _roll_back(h: Host, p: Profile, names: Sequence[str], step: str) -> bool:
+    for name in names:
+        path, backup = f"{p.model}/{name}", f"{p.model}/{kvpatch.backup_name(name)}"
+        h.run(
+            f"cp -p -- {q(backup)} {q(path)}.kimi-ops-rollback && mv -f -- "
+            f"{q(path)}.kimi-ops-rollback {q(path)}",
+            step=step,
+            check=False,
+        )
+    return bool(names)
+
+
+def _restore(h: Host, p: Profile, step: str) -> StepResult:
+    restored: list[str] = []
+    diffs: list[str] = []
+    for name in kvpatch.KV_KEYS:
+        path, backup = f"{p.model}/{name}", f"{p.model}/{kvpatch.backup_name(name)}"
+        original = h.read_file(backup, step=step)
+        if original is None:
+            continue
+        current = h.read_file(path, step=step) or ""
+        diffs.append(kvpatch.unified_diff(current, original, path))
+        if not h.dry:
+            h.run(f"mv -f -- {q(backup)} {q(path)}", step=step)
+        restored.append(name)
+    if not restored:
+        return ok(step, "no backups to restore: the checkpoint was not patched by kimi-ops")
+    if h.dry:
+        return skipped(step, "dry run: would restore " + ", ".join(restored), diff="".join(diffs))
+    return changed(step, "restored the originals of " + ", ".join(restored), diff="".join(diffs))
+
+
+# --- upload-script ----------------------------------------------------------------------------
+
+
+def _resource(name: str) -> bytes:
+    if name == STANDIN_SCRIPT:
+        return resources.files("kimi_ops").joinpath("standin.py").read_bytes()
+    return resources.files("tasks.remote").joinpath(name).read_bytes()
+
+
+def env_file_text(values: dict[str, str]) -> str:
+    return "".join(f"export {k}={q(v)}\n" for k, v in sorted(values.items()))
+
+
+def upload_files(
+    p: Profile,
+    *,
+    plan: Plan | None = None,
+    secrets_env: dict[str, str] | None = None,
+) -> dict[str, tuple[bytes, int]]:
+    """Every file upload-script puts in run_dir: name -> (content, mode)."""
+    script = launch_script.render_launch_script(
+        p,
+        extra_args=plan.launch_args if plan else None,
+        env=plan.env if plan else None,
+    )
+    files: dict[str, tuple[bytes, int]] = {
+        LAUNCH_SCRIPT: (script.encode(), 0o700),
+        PROBE_SCRIPT: (_resource(PROBE_SCRIPT), 0o600),
+    }
+    if p.is_standin:
+        files[STANDIN_SCRIPT] = (_resource(STANDIN_SCRIPT), 0o700)
+        settings = {**p.standin.to_dict(), "shm_dir": p.shm_dir}
+        config = json.dumps(settings, indent=2, sort_keys=True) + "\n"
+        files[STANDIN_CONFIG] = (config.encode(), 0o600)
+    if secrets_env:
+        files[ENV_FILE] = (env_file_text(secrets_env).encode(), 0o600)
+    return files
+
+
+def sync_files(
+    h: Host, p: Profile, files: dict[str, tuple[bytes, int]], *, step: str
+) -> tuple[list[str], str]:
+    """Upload each file whose checksum differs on the host: (uploaded names, script diff)."""
+    r = _run_dir(p)
+    h.run(
+        f"mkdir -p -m 700 {q(r)} {q(r + '/' + LOG_DIR)}",
+        step=step,
+        hint=f"cannot create run_dir {r}: is it writable by the SSH user?",
+    )
+    names = " ".join(q(f"{r}/{n}") for n in files)
+    out = h.run(f"sha256sum {names} 2>/dev/null; true", step=step, mutating=False)
+    current = {}
+    for line in out.stdout.splitlines():
+        digest, _, path = line.partition("  ")
+        current[path.rsplit("/", 1)[-1]] = digest
+    diff = ""
+    uploaded = []
+    for name, (data, mode) in files.items():
+        if current.get(name) == hashlib.sha256(data).hexdigest():
+            continue
+        if name == LAUNCH_SCRIPT:
+            old = h.read_file(f"{r}/{name}", step=step) or ""
+            diff = kvpatch.unified_diff(old, data.decode(), f"{r}/{name}")
+        h.put_bytes(data, f"{r}/{name}", mode=mode, step=step)
+        uploaded.append(name)
+    return uploaded, diff
+
+
+def ensure_standin(h: Host, p: Profile, *, step: str) -> None:
+    """With ``engine: standin``, the emulator must be on the host before facts are gathered."""
+    if p.is_standin:
+        files = upload_files(p)
+        sync_files(h, p, {n: files[n] for n in (STANDIN_SCRIPT, STANDIN_CONFIG)}, step=step)
+
+
+def upload_script(
+    h: Host,
+    p: Profile,
+    *,
+    plan: Plan | None = None,
+    secrets_env: dict[str, str] | None = None,
+    step: str = "upload-script",
+) -> StepResult:
+    """Render the launch script (with the plan's launch arguments) and upload what changed."""
+    r = _run_dir(p)
+    files = upload_files(p, plan=plan, secrets_env=secrets_env)
+    uploaded, diff = sync_files(h, p, files, step=step)
+    for name in (ENV_FILE, STANDIN_CONFIG):
+        if name in files:
+            continue
+        # Not part of this deployment (secrets removed from the profile, engine no longer the
+        # stand-in): do not leave the old file behind.
+        path = q(f"{r}/{name}")
+        gone = h.run(f"if [ -e {path} ]; then rm -f -- {path} && echo removed; fi", step=step)
+        if "removed" in gone.stdout:
+            uploaded.append(f"(removed {name})")
+    if not uploaded:
+        return ok(step, f"{r}/{LAUNCH_SCRIPT} is up to date", data={"uploaded": []})
+    verb = "would upload" if h.dry else "uploaded"
+    res = changed if not h.dry else skipped
+    return res(step, f"{verb} {', '.join(uploaded)} to {r}", diff=diff, data={"uploaded": uploaded})
+
+
+def running_unchanged(
+    h: Host, p: Profile, files: dict[str, tuple[bytes, int]], *, step: str = "deploy"
+) -> StepResult | None:
+    """If the server that runs now was launched from exactly ``files`` and answers a chat
+    completion, an ok result saying nothing needs to change; otherwise None."""
+    r = _run_dir(p)
+    state = launch_script.parse_key_values(
+        h.run(launch_script.running_state_command(r), step=step, mutating=False).stdout
+    )
+    args = state.get("args", "")
+    if not args or procs.server_args(args) is None and not procs.is_vllm_title(args):
+        return None
+    expected = launch_script.deployment_digest({n: d for n, (d, _) in files.items()})
+    if state.get("digest") != expected:
+        return None
+    probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=90)
+    result = vfy.parse_probe(probe.stdout + probe.stderr)
+    if not result.ready_for(p.served_model_name):
+        return None
+    return ok(
+        step,
+        f"server PID {state.get('pid')} (launch {state.get('launch_id')}) already runs this exact "
+        "profile and answers: nothing changed (--restart forces a new launch)",
+        data={
+            "pid": int(state["pid"]) if state.get("pid", "").isdigit() else None,
+            "unchanged": True,
+        },
+    )
+
+
+def _probe_command(p: Profile) -> str:
+    r = _run_dir(p)
+    return vfy.probe_command(
+        p.python, f"{r}/{PROBE_SCRIPT}", p.port, p.served_model_name, f"{r}/{ENV_FILE}"
+    )
+
+
+# --- preflight --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreflightOutcome:
+    result: StepResult
+    checks: tuple[Check, ...]
+    plan: Plan
+    facts: HostFacts
+    own_pids: tuple[int, ...]
+
+    def report(self) -> dict[str, Any]:
+        return preflight_report(self.checks, self.plan)
+
+
+def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...]]:
+    """All preflight facts in two round trips: the gather command and the process listing."""
+    ensure_standin(h, p, step=step)
+    out = h.run(facts_mod.gather_command(p), step=step, check=False, mutating=False, timeout=120)
+    host_facts = facts_mod.parse_gathered(out.stdout)
+    found, pidfile_pid = listing(h, p, step)
+    own = procs.select_server_processes(found, port=p.port, pidfile_pid=pidfile_pid)
+    return host_facts, tuple(own.pids)
+
+
+def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutcome:
+    """Check GPUs, vLLM, the model, the port, disk, /dev/shm and RemoveIPC; decide the plan."""
+    host_facts, own = gather(h, p, step=step)
+    checks = tuple(run_checks(p, host_facts, own_pids=own))
+    plan = build_plan(p, host_facts)
+    lines = [f"{c.status:<4} {c.name}: {c.detail}" for c in checks]
+    lines.append(f"plan: patch_kv_config={str(plan.patch_kv_config).lower()}: {plan.reason}")
+    if plan.attention_backend:
+        lines.append(f"plan: attention backend {plan.attention_backend}")
+    lines += [f"plan: {note}" for note in plan.notes]
+    bad = [c for c in checks if c.status == "fail"]
+    warn = [c for c in checks if c.status == "warn"]
+    if bad:
+        res = failed(
+            step,
+            f"{len(bad)} check(s) failed: " + "; ".join(f"{c.name}: {c.detail}" for c in bad),
+            lines=tuple(lines),
+            hint="fix these before deploying; nothing was killed or changed",
+        )
+    else:
+        extra = f", {len(warn)} warning(s)" if warn else ""
+        res = ok(step, f"{len(checks)} checks passed{extra}", lines=tuple(lines))
+    return PreflightOutcome(res, checks, plan, host_facts, own)
+
+
+# --- launch -----------------------------------------------------------------------------------
+
+
+def new_launch_id() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return launch_script.new_launch_id(stamp, secrets.token_hex(3))
+
+
+def launch(
+    h: Host,
+    p: Profile,
+    *,
+    step: str = "launch",
+    settle: float = 1.0,
+    sleep: Sleep = time.sleep,
+) -> StepResult:
+    """Start the uploaded script detached; confirm the PID is alive and the log exists."""
+    r = _run_dir(p)
+    test = h.run(f"test -x {q(r + '/' + LAUNCH_SCRIPT)}", step=step, check=False, mutating=False)
+    if not test.ok:
+        return failed(
+            step,
+            f"no launch script at {r}/{LAUNCH_SCRIPT}",
+            hint="run `fab upload-script` first (deploy does it for you)",
+        )
+    launch_id = new_launch_id()
+    log = f"{r}/{LOG_DIR}/{launch_id}.log"
+    if h.dry:
+        return skipped(
+            step,
+            "dry run: would start the server detached",
+            lines=(launch_script.launch_command(r, launch_id),),
+        )
+    out = h.run(launch_script.launch_command(r, launch_id), step=step)
+    pid = launch_script.parse_launch_output(out.stdout)
+    if pid is None:
+        return failed(
+            step, "the launcher printed no PID", command=out.command, stderr=out.stderr + out.stdout
+        )
+    sleep(settle)
+    confirm = launch_script.parse_confirm_output(
+        h.run(launch_script.confirm_command(r, pid, launch_id), step=step, mutating=False).stdout
+    )
+    alive, has_log = confirm.get("alive") == "1", confirm.get("logfile") == "1"
+    if not (alive and has_log):
+        missing = " and ".join(
+            x for x, bad in (("the log file", not has_log), (f"process {pid}", not alive)) if bad
+        )
+        printed = confirm.get("log", "").strip()
+        diag = diagnose(printed, {"port": p.port}) if printed else None
+        hint = diag.hint if diag and diag.failed else "see the launcher output above"
+        return failed(
+            step,
+            f"never started: {missing} missing within {settle:g} s",
+            lines=tuple(printed.splitlines()[-30:]) or ("(the launcher printed nothing)",),
+            stderr=out.stderr,
+            hint=hint,
+            data={"pid": pid, "log": log, "launch_id": launch_id},
+        )
+    return changed(
+        step,
+        f"started PID {pid}; log {log}",
+        data={"pid": pid, "log": log, "launch_id": launch_id},
+    )
+
+
+# --- verify -----------------------------------------------------------------------------------
+
+
+def verify(
+    h: Host,
+    p: Profile,
+    reporter: Reporter,
+    *,
+    step: str = "verify",
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+    from_end: bool = False,
+) -> StepResult:
+    """Poll until ready, failed, or startup_timeout (see :mod:`kimi_ops.verify`)."""
+    r = _run_dir(p)
+    state = vfy.VerifyState(
+        p.served_model_name,
+        p.startup_timeout,
+        p.stall_timeout,
+        context={"port": p.port, "served_model_name": p.served_model_name},
+    )
+    start = clock()
+    probe = _probe_command(p)
+    while True:
+        out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
+        facts = vfy.parse_poll(out.stdout)
+        verdict = state.feed_poll(facts, clock() - start)
+        if verdict.probe_due and not verdict.done:
+            res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
+            verdict = state.feed_probe(vfy.parse_probe(res.stdout + res.stderr), clock() - start)
+        if verdict.done:
+            break
+        reporter.progress(step, verdict.message)
+        if facts.read < vfy.MAX_POLL_BYTES:  # caught up with the log: wait for more
+            sleep(p.poll_interval)
+    diag = verdict.diagnosis
+    data = {
+        "state": verdict.state,
+        "diagnosis": diag.to_dict(),
+        "seconds": round(clock() - start, 1),
+        "pid": facts.pid,
+    }
+    if verdict.ok:
+        return ok(
+            step,
+            verdict.message,
+            data=data,
+            lines=(f"PID {facts.pid}, {p.served_model_name} on port {p.port}",),
+        )
+    lines = [f"label: {diag.label}"]
+    lines += [f"evidence: {e}" for e in diag.evidence[:3]]
+    lines.append("last log lines:")
+    lines += [f"  {ln}" for ln in state.diagnoser.tail[-30:]]
+    return failed(step, verdict.message, lines=tuple(lines), hint=diag.hint, data=data)
+
+
+# --- status / logs ----------------------------------------------------------------------------
+
+
+def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
+    """Process, PID, uptime, stage, health and GPU memory, in two round trips."""
+    r = _run_dir(p)
+    out = h.run(
+        f'pid=$(cat {q(r + "/" + PIDFILE)} 2>/dev/null || true); echo "pid=$pid"; '
+        f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
+        'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
+        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
+        'if command -v nvidia-smi >/dev/null 2>&1; then echo "gpu=$(nvidia-smi '
+        "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
+        "| tr '\\n' ';')\"; fi; "
+        f"echo @@log; tail -c 262144 {q(r + '/' + CURRENT_LOG)} 2>/dev/null; true",
+        step=step,
+        mutating=False,
+    )
+    head, _, log = out.stdout.partition("@@log\n")
+    info = launch_script.parse_key_values(head)
+    args = info.get("args", "")
+    alive = bool(args) and (procs.server_args(args) is not None or procs.is_vllm_title(args))
+    diag = diagnose(log, {"port": p.port})
+    lines = [f"launch: {info.get('launch_id') or 'none'}"]
+    lines.append(
+        f"stage: {diag.stage or 'none'}" + (f" ({diag.progress})" if diag.progress else "")
+    )
+    lines.append(f"log: {diag.label}" + (f" - {diag.summary}" if diag.failed else ""))
+    if info.get("gpu"):
+        lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
+    data = {
+        "pid": info.get("pid"),
+        "alive": alive,
+        "uptime": info.get("etime"),
+        "diagnosis": diag.to_dict(),
+    }
+    if not alive:
+        return ok(
+            step,
+            "no server running"
+            + (f" (pidfile names {info['pid']}, not alive)" if info.get("pid") else ""),
+            lines=tuple(lines),
+            data=data,
+        )
+    probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=60)
+    result = vfy.parse_probe(probe.stdout + probe.stderr)
+    data["health"] = result.health
+    lines.append("http: " + result.describe(p.served_model_name))
+    return ok(
+        step, f"server PID {info['pid']} up {info.get('etime', '?')}", lines=tuple(lines), data=data
+    )
+
+
+def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
+    path = f"{_run_dir(p)}/{CURRENT_LOG}"
+    out = h.run(f"tail -n {int(lines)} {q(path)}", step=step, check=False, mutating=False)
+    if not out.ok:
+        raise StepFailed(
+            step,
+            f"no log at {path}",
+            command=out.command,
+            stderr=out.stderr,
+            hint="nothing has been launched yet (`fab deploy`)",
+        )
+    return out.stdout
+
+
+def follow_log(
+    h: Host,
+    p: Profile,
+    write: Callable[[str], None],
+    *,
+    step: str = "logs",
+    sleep: Sleep = time.sleep,
+    until: Callable[[], bool] = lambda: False,
+) -> None:
+    """Print new log bytes as they arrive (reads from an offset; Ctrl-C ends it)."""
+    r = _run_dir(p)
+    offset = -1
+    while not until():
+        if offset < 0:
+            size = h.run(vfy.poll_command(r, 0, 0), step=step, mutating=False)
+            offset = max(0, vfy.parse_poll(size.stdout).log_size)
+        out = h.run(vfy.poll_command(r, offset), step=step, mutating=False)
+        facts = vfy.parse_poll(out.stdout)
+        if facts.log_size >= 0 and facts.log_size < offset:
+            offset = 0
+            continue
+        if facts.read:
+            write(facts.chunk)
+            offset += facts.read
+        else:
+            sleep(p.poll_interval)
+
+
+def diagnose_host_log(h: Host, p: Profile, *, step: str = "diagnose") -> LogDiagnoser:
+    """Stream the host's current log through the diagnosis, a bounded chunk per round trip."""
+    r = _run_dir(p)
+    diagnoser = LogDiagnoser({"port": p.port, "served_model_name": p.served_model_name})
+    offset = 0
+    while True:
+        facts = vfy.parse_poll(h.run(vfy.poll_command(r, offset), step=step, mutating=False).stdout)
+        if not facts.log_exists:
+            raise StepFailed(
+                step,
+                f"no log at {r}/{CURRENT_LOG}",
+                hint="nothing has been launched yet (`fab deploy`)",
+            )
+        diagnoser.feed(facts.chunk)
+        offset += facts.read
+        if facts.read < vfy.MAX_POLL_BYTES:
+            return diagnoser

@@ -1,0 +1,271 @@
+"""Task-level tests on a scripted connection: the commands issued and each failure's handling."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import paramiko
+import pytest
+from invoke import Config, Context
+from invoke.exceptions import Exit
+
+from kimi_ops.errors import RemoteKilled, StepFailed
+from kimi_ops.profile import load_profile
+from kimi_ops.result import Status
+from tasks import steps
+from tasks.host import AcceptNewPolicy, Host
+from tasks.report import Reporter
+from tasks.session import session
+from tasks.testing import Reply, ScriptedConnection
+
+PROFILE = load_profile({"run_dir": "/srv/kimi", "grace_seconds": 2, "poll_interval": 0.01})
+SERVER = "/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /m --port 8000"
+LISTING = (
+    "self_pid=900\n"
+    "  1 0 1 /sbin/init\n"
+    " 50 1 50 sshd: root@notty\n"
+    "900 50 900 bash -c cat /srv/kimi/server.pid; ps\n"
+    "100 1 100 " + SERVER + "\n"
+    "101 100 100 VLLM::EngineCore\n"
+    "300 1 300 tail -f /srv/kimi/current.log\n"
+)
+GONE = "self_pid=901\n  1 0 1 /sbin/init\n300 1 300 tail -f /srv/kimi/current.log\n"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _host(conn: ScriptedConnection, profile=PROFILE) -> Host:
+    return Host(conn, profile)  # type: ignore[arg-type]
+
+
+def test_kill_stale_terms_the_server_tree_only_and_never_pkills() -> None:
+    conn = ScriptedConnection()
+    conn.on(r"ps -eww", Reply(LISTING), Reply(GONE))
+    conn.on(r"kill -TERM", stdout="sent 100\nsent 101\n")
+    clock = FakeClock()
+    res = steps.kill_stale(_host(conn), PROFILE, sleep=clock.sleep, clock=clock)
+    assert res.status is Status.CHANGED
+    assert res.data["pids"] == [100, 101] and res.data["killed"] == []
+    (term,) = conn.ran(r"kill -TERM")
+    assert re.search(r"for p in 100 101;", term)
+    assert not conn.ran(r"kill -KILL")
+    assert not conn.ran(r"pkill|killall")
+
+
+def test_kill_stale_escalates_to_sigkill_after_the_grace_period() -> None:
+    conn = ScriptedConnection()
+    conn.on(r"ps -eww", *[Reply(LISTING)] * 15, Reply(GONE))
+    conn.on(r"kill -TERM", stdout="sent 100\nsent 101\n")
+    conn.on(r"kill -KILL", stdout="sent 100\nsent 101\n")
+    clock = FakeClock()
+    res = steps.kill_stale(_host(conn), PROFILE, sleep=clock.sleep, clock=clock)
+    assert res.status is Status.CHANGED and res.data["killed"] == [100, 101]
+    assert clock.now >= PROFILE.grace_seconds
+    assert "SIGKILL to 2" in res.message
+
+
+def test_kill_stale_with_nothing_running_is_ok() -> None:
+    conn = ScriptedConnection().on(r"ps -eww", stdout=GONE)
+    res = steps.kill_stale(_host(conn), PROFILE)
+    assert res.status is Status.OK and "no server process" in res.message
+    assert not conn.ran(r"kill -")
+
+
+def test_a_remote_shell_killed_by_a_signal_is_reported_as_such() -> None:
+    conn = ScriptedConnection().on(r"ps -eww", exited=-1)
+    with pytest.raises(RemoteKilled) as info:
+        steps.kill_stale(_host(conn), PROFILE)
+    assert info.value.exited == -1
+    assert "killed its own session" in info.value.hint
+    assert "ps -eww" in info.value.command
+
+
+def test_a_failing_command_names_the_step_command_and_stderr() -> None:
+    conn = ScriptedConnection().on(r"mkdir -p", stderr="mkdir: Permission denied\n", exited=1)
+    with pytest.raises(StepFailed) as info:
+        steps.upload_script(_host(conn), PROFILE)
+    err = info.value
+    assert err.step == "upload-script" and err.exited == 1
+    assert "mkdir -p -m 700 /srv/kimi" in err.command
+    assert "Permission denied" in err.stderr and "writable" in err.hint
+
+
+def test_upload_script_is_atomic_checked_and_idempotent() -> None:
+    conn = ScriptedConnection()
+    conn.on(r"^sha256sum ", stdout="")
+    conn.on(r"sha256sum -c", stdout="")
+    secrets = {"VLLM_API_KEY": "sk-very-secret"}
+    res = steps.upload_script(_host(conn), PROFILE, secrets_env=secrets)
+    assert res.status is Status.CHANGED
+    sftp = conn.sftp()
+    tmp_script = next(p for p in sftp.files if "launch.sh" in p)
+    assert tmp_script.startswith("/srv/kimi/.launch.sh.kimi-ops-") and tmp_script.endswith(".tmp")
+    assert sftp.modes[tmp_script] == 0o700
+    env_tmp = next(p for p in sftp.files if "server.env" in p)
+    assert sftp.modes[env_tmp] == 0o600
+    assert sftp.files[env_tmp] == b"export VLLM_API_KEY=sk-very-secret\n"
+    moves = conn.ran(r"sha256sum -c --status - && mv -f -- ")
+    assert len(moves) == len(sftp.files)
+    assert not any("sk-very-secret" in c for c in conn.commands)  # never on a command line
+    # Second run: the host already has these bytes -> nothing uploaded.
+    files = steps.upload_files(PROFILE, secrets_env=secrets)
+    listing = "".join(
+        f"{hashlib.sha256(data).hexdigest()}  /srv/kimi/{name}\n"
+        for name, (data, _) in files.items()
+    )
+    again = ScriptedConnection().on(r"^sha256sum ", stdout=listing)
+    res2 = steps.upload_script(_host(again), PROFILE, secrets_env=secrets)
+    assert res2.status is Status.OK and "up to date" in res2.message
+    assert again.sftp().files == {}
+
+
+def test_a_failed_checksum_leaves_the_previous_script() -> None:
+    conn = ScriptedConnection()
+    conn.on(r"sha256sum -c", exited=1)
+    with pytest.raises(StepFailed, match="previous file .* unchanged"):
+        steps.upload_script(_host(conn), PROFILE)
+    assert all(" mv -f -- " in c and "rm -f --" in c for c in conn.ran(r"sha256sum -c"))
+
+
+def test_launch_that_never_started_names_what_is_missing() -> None:
+    conn = ScriptedConnection()
+    conn.on(r"setsid nohup", stdout="pid=4242\n")
+    conn.on(
+        r"kill -0 4242",
+        stdout="alive=0\nlogfile=1\npidfile=\n@@log\nkimi-ops: the profile's python is not an "
+        "executable file: /nope/python3\n",
+    )
+    res = steps.launch(_host(conn), PROFILE, sleep=lambda s: None)
+    assert res.failed
+    assert "never started: process 4242 missing" in res.message
+    assert any("not an executable file" in line for line in res.lines)
+
+
+def test_launch_reports_pid_and_log() -> None:
+    conn = ScriptedConnection()
+    conn.on(r"setsid nohup", stdout="pid=4242\n")
+    conn.on(r"kill -0 4242", stdout="alive=1\nlogfile=1\npidfile=4242\n@@log\n")
+    res = steps.launch(_host(conn), PROFILE, sleep=lambda s: None)
+    assert res.status is Status.CHANGED
+    assert res.data["pid"] == 4242 and res.data["log"].startswith("/srv/kimi/logs/")
+    (cmd,) = conn.ran("setsid nohup")
+    assert "< /dev/null" in cmd and "\n" not in cmd
+
+
+def _poll(pid: int | None, alive: bool, size: int, chunk: str) -> Reply:
+    head = f"pid={pid or ''}\n" + (f"args={SERVER}\n" if alive else "")
+    read = len(chunk.encode())
+    return Reply(f"{head}size={size}\nread={read}\n@@log\n{chunk}")
+
+
+READY_LOG = (
+    "INFO 12-02 10:00:00 [api_server.py:1] vLLM API server version 0.17.1\n"
+    "INFO 12-02 10:00:05 [launcher.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+    "INFO:     Application startup complete.\n"
+)
+
+
+def test_verify_is_ready_only_after_the_chat_completion_answers() -> None:
+    conn = ScriptedConnection()
+    conn.on(
+        r"@@log",
+        _poll(7, True, 0, ""),
+        _poll(7, True, len(READY_LOG), READY_LOG),
+        _poll(7, True, len(READY_LOG), ""),
+    )
+    conn.on(
+        r"kimi_probe\.py",
+        Reply(
+            '{"health": 200, "models_status": 200, "models": ["kimi-k2.5"], "chat_status": 503,'
+            ' "answer": "", "error": "POST answered 503"}'
+        ),
+        Reply(
+            '{"health": 200, "models_status": 200, "models": ["kimi-k2.5"], "chat_status": 200,'
+            ' "answer": "Hi", "error": ""}'
+        ),
+    )
+    clock = FakeClock()
+    res = steps.verify(_host(conn), PROFILE, Reporter(quiet=True), sleep=clock.sleep, clock=clock)
+    assert res.status is Status.OK and "ready" in res.message
+    assert len(conn.ran(r"kimi_probe\.py")) == 2
+    # Only new bytes are read: the second poll starts where the first stopped.
+    offsets = [int(m) for c in conn.ran(r"@@log") for m in re.findall(r"tail -c \+(\d+)", c)]
+    assert offsets[:3] == [1, 1, len(READY_LOG) + 1]
+
+
+def test_verify_reports_a_crash_with_label_evidence_and_hint() -> None:
+    crash = (
+        "INFO 12-02 10:00:00 [api_server.py:1] vLLM API server version 0.17.1\n"
+        "(EngineCore_DP0 pid=12) NotImplementedError: TritonMLA V1 with FP8 KV cache not yet "
+        "supported\n"
+    )
+    conn = ScriptedConnection().on(r"@@log", _poll(7, False, len(crash), crash))
+    res = steps.verify(_host(conn), PROFILE, Reporter(quiet=True), sleep=lambda s: None)
+    assert res.failed and res.message.startswith("crashed")
+    assert res.data["diagnosis"]["label"] == "kv_cache_dtype_unsupported"
+    assert "patch-kv-config" in res.hint
+    assert any("FP8 KV cache not yet supported" in line for line in res.lines)
+
+
+def test_verify_says_never_started_when_there_is_no_log_and_no_process() -> None:
+    conn = ScriptedConnection().on(r"@@log", Reply("pid=\nsize=-1\nread=0\n@@log\n"))
+    res = steps.verify(_host(conn), PROFILE, Reporter(quiet=True), sleep=lambda s: None)
+    assert res.failed and res.message.startswith("never started")
+
+
+def test_verify_times_out_naming_the_stage_and_silence() -> None:
+    log = "INFO 12-02 10:00:00 [loader.py:1] Starting to load model /m...\n"
+    profile = load_profile({"run_dir": "/srv/kimi", "startup_timeout": 30, "poll_interval": 5})
+    conn = ScriptedConnection().on(r"@@log", _poll(7, True, len(log), log), _poll(7, True, 0, ""))
+    clock = FakeClock()
+    res = steps.verify(_host(conn), profile, Reporter(quiet=True), sleep=clock.sleep, clock=clock)
+    assert res.failed and res.message.startswith("timed out after 30 s")
+    assert "the log last grew" in res.message
+
+
+def test_profile_errors_stop_before_any_remote_command(capsys: pytest.CaptureFixture) -> None:
+    conn = ScriptedConnection()
+    conn.config = Config(overrides={"kimi": {"port": 99999}})
+    with pytest.raises(Exit) as info, session(conn, step="deploy"):  # type: ignore[arg-type]
+        pass
+    assert info.value.code == 1
+    assert conn.commands == []
+    assert "kimi.port" in capsys.readouterr().err
+
+
+def test_host_keys_are_checked_by_default_and_accept_new_is_opt_in(tmp_path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    strict = ScriptedConnection()
+    Host(strict, load_profile({"known_hosts": str(known)}))  # type: ignore[arg-type]
+    assert isinstance(strict.client.policy, paramiko.RejectPolicy)
+    assert strict.client.loaded == [str(known)]
+    relaxed = ScriptedConnection()
+    Host(relaxed, load_profile({"known_hosts": str(known), "host_key_policy": "accept-new"}))  # type: ignore[arg-type]
+    assert isinstance(relaxed.client.policy, AcceptNewPolicy)
+
+
+def test_dry_mode_runs_read_only_commands_and_prints_the_rest(capsys) -> None:
+    conn = ScriptedConnection().on(r"ps -eww", stdout=LISTING)
+    host = Host(conn, PROFILE, dry=True)  # type: ignore[arg-type]
+    res = steps.kill_stale(host, PROFILE)
+    assert res.status is Status.SKIPPED and "would end 2" in res.message
+    assert not conn.ran(r"kill -")
+
+
+def test_local_context_is_the_local_machine(tmp_path) -> None:
+    host = Host(Context(), PROFILE)
+    assert not host.remote and host.name == "local"
+    out = host.run("echo hello", step="t")
+    assert out.stdout == "hello\n"
+    assert host.resolve("~/x").endswith("/x") and not host.resolve("~/x").startswith("~")
