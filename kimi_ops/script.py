@@ -163,7 +163,8 @@ def launch_command(run_dir: str, launch_id: str) -> str:
     r = q(run_dir.rstrip("/") or "/")
     log = f"{LOG_DIR}/{launch_id}.log"
     return (
-        f"cd {r} && mkdir -p {LOG_DIR} && : > {log} && ln -sfn {log} {CURRENT_LOG} && "
+        f"cd {r} && {{ test -x {LAUNCH_SCRIPT} || {{ echo @@no-script; exit 3; }}; }} && "
+        f"mkdir -p {LOG_DIR} && : > {log} && ln -sfn {log} {CURRENT_LOG} && "
         f"{{ cat {' '.join(DIGEST_FILES)} 2>/dev/null; true; }} | sha256sum > "
         f"{LOG_DIR}/{launch_id}.sha256 && "
         f"{{ setsid nohup bash {r}/{LAUNCH_SCRIPT} {launch_id} >> {log} 2>&1 < /dev/null & "

@@ -13,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import secrets
 import shlex
 import socket
+import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,9 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from kimi_ops.errors import KimiOpsError, RemoteKilled, StepFailed
 from kimi_ops.profile import Profile
+
+#: KIMI_OPS_TRACE=1 prints every command with its duration and exit status to stderr.
+TRACE = os.environ.get("KIMI_OPS_TRACE") == "1"
 
 KILLED_HINT = (
     "the remote shell was killed by a signal: something may have killed its own session "
@@ -45,6 +51,15 @@ class Output:
     @property
     def ok(self) -> bool:
         return self.exited == 0
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file read from the host: its text (None when missing) and permission bits."""
+
+    path: str
+    text: str | None
+    mode: int | None
 
 
 class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
@@ -166,6 +181,7 @@ class Host:
             print(f"[dry] {self.name}: would run: {command}")
             return Output(command, "", "", 0)
         self.commands.append(command)
+        started = time.monotonic()
         try:
             result = self.c.run(
                 command,
@@ -188,6 +204,13 @@ class Host:
         except (paramiko.SSHException, OSError) as exc:
             raise self.connect_error(exc) from exc
         out = Output(command, result.stdout, result.stderr, int(result.exited))
+        if TRACE:
+            took = time.monotonic() - started
+            print(
+                f"[trace] {self.name} {step} {took:.2f}s exit={out.exited}: {command}",
+                file=sys.stderr,
+                flush=True,
+            )
         if out.exited == -1:
             raise RemoteKilled(
                 step,
@@ -245,49 +268,114 @@ class Host:
             )
         return out.stdout
 
-    def put_bytes(self, data: bytes, path: str, *, mode: int, step: str) -> None:
-        """Upload atomically: a temporary name in the same directory, mode set before the bytes
-        are written, checksum verified, then renamed into place. A failure leaves any previous
-        file untouched."""
-        digest = hashlib.sha256(data).hexdigest()
-        directory = posixpath.dirname(path) or "."
-        tmp = posixpath.join(
-            directory, f".{posixpath.basename(path)}.kimi-ops-{os.getpid()}-{time.time_ns()}.tmp"
-        )
-        if self.dry:
-            print(f"[dry] {self.name}: would upload {len(data)} bytes to {path} (mode {mode:o})")
-            return
-        try:
-            if self.remote:
-                sftp = self.c.sftp()  # type: ignore[attr-defined]
-                with sftp.open(tmp, "wb") as fh:
-                    sftp.chmod(tmp, mode)
-                    fh.write(data)
-            else:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.chmod(tmp, mode)
-        except (OSError, paramiko.SSHException) as exc:
-            self.run(f"rm -f -- {shlex.quote(tmp)}", step=step, check=False)
+    def read_files(
+        self, paths: Sequence[str], *, step: str, require_dir: str | None = None
+    ) -> dict[str, FileInfo]:
+        """Several files' text and mode in one round trip (missing files: ``text`` None).
+
+        With ``require_dir``, a missing directory raises StepFailed naming it.
+        """
+        mark = f"@@kimi-ops-{secrets.token_hex(6)}"
+        parts = []
+        if require_dir is not None:
+            d = shlex.quote(require_dir)
+            parts.append(f"if [ ! -d {d} ]; then echo {mark}:nodir; exit 3; fi")
+        for i, path in enumerate(paths):
+            qp = shlex.quote(path)
+            parts.append(
+                f'if [ -f {qp} ]; then echo "{mark}:{i}:$(stat -c %a {qp})"; cat {qp}; '
+                f"else echo {mark}:{i}:missing; fi"
+            )
+        out = self.run("; ".join(parts), step=step, check=False, mutating=False)
+        if f"{mark}:nodir" in out.stdout:
             raise StepFailed(
                 step,
-                f"upload to {path} failed: {exc}; the previous file (if any) is unchanged",
-                hint=f"check that {directory} is writable and the disk is not full",
-            ) from exc
-        qt, qp = shlex.quote(tmp), shlex.quote(path)
+                f"the directory does not exist: {require_dir}; nothing was changed",
+                command=out.command,
+                exited=out.exited,
+                hint="check the path in the profile (kimi.model is the checkpoint directory)",
+            )
+        if not out.ok:
+            raise StepFailed(
+                step, "cannot read files", command=out.command, exited=out.exited, stderr=out.stderr
+            )
+        result: dict[str, FileInfo] = {}
+        chunks = out.stdout.split(mark + ":")[1:]
+        for chunk in chunks:
+            head, _, body = chunk.partition("\n")
+            index, _, mode = head.partition(":")
+            path = paths[int(index)]
+            if mode == "missing":
+                result[path] = FileInfo(path, None, None)
+            else:
+                # cat adds nothing, and the next marker's echo starts right after the content
+                result[path] = FileInfo(path, body, int(mode, 8) if mode.isdigit() else None)
+        return result
+
+    def put_bytes(self, data: bytes, path: str, *, mode: int, step: str) -> None:
+        """Upload one file atomically (see :meth:`put_files`)."""
+        self.put_files([(data, path, mode)], step=step)
+
+    def put_files(self, items: Sequence[tuple[bytes, str, int]], *, step: str) -> None:
+        """Upload files atomically: each to a temporary name in its directory (mode set before
+        the bytes are written), then ONE command checks every checksum and renames them into
+        place. A failed upload or checksum leaves every previous file untouched."""
+        if not items:
+            return
+        if self.dry:
+            for data, path, mode in items:
+                print(
+                    f"[dry] {self.name}: would upload {len(data)} bytes to {path} (mode {mode:o})"
+                )
+            return
+        staged: list[tuple[str, str, str]] = []  # (digest, tmp, path)
+        for data, path, mode in items:
+            directory = posixpath.dirname(path) or "."
+            tmp = posixpath.join(
+                directory,
+                f".{posixpath.basename(path)}.kimi-ops-{os.getpid()}-{time.time_ns()}.tmp",
+            )
+            staged.append((hashlib.sha256(data).hexdigest(), tmp, path))
+            try:
+                self._write(tmp, data, mode)
+            except (OSError, paramiko.SSHException) as exc:
+                tmps = " ".join(shlex.quote(t) for _, t, _ in staged)
+                self.run(f"rm -f -- {tmps}", step=step, check=False)
+                raise StepFailed(
+                    step,
+                    f"upload to {path} failed: {exc}; no file was replaced",
+                    hint=f"check that {directory} is writable and the disk is not full",
+                ) from exc
+        sums = "".join(f"{digest}  {tmp}\\n" for digest, tmp, _ in staged)
+        moves = " && ".join(
+            f"mv -f -- {shlex.quote(tmp)} {shlex.quote(path)}" for _, tmp, path in staged
+        )
+        tmps = " ".join(shlex.quote(t) for _, t, _ in staged)
         check = self.run(
-            f"printf '%s  %s\\n' {digest} {qt} | sha256sum -c --status - && mv -f -- {qt} {qp}"
-            f" || {{ rm -f -- {qt}; exit 1; }}",
+            f"printf {shlex.quote(sums)} | sha256sum -c --status - && {moves}"
+            f" || {{ rm -f -- {tmps}; exit 1; }}",
             step=step,
             check=False,
         )
         if not check.ok:
+            names = ", ".join(path for _, _, path in staged)
             raise StepFailed(
                 step,
-                f"upload to {path} did not verify (checksum mismatch or rename failed); "
-                "the previous file (if any) is unchanged",
+                f"upload of {names} did not verify (checksum mismatch or rename failed); "
+                "the previous files are unchanged",
                 command=check.command,
                 exited=check.exited,
                 stderr=check.stderr,
             )
+
+    def _write(self, tmp: str, data: bytes, mode: int) -> None:
+        if self.remote:
+            sftp = self.c.sftp()  # type: ignore[attr-defined]
+            with sftp.open(tmp, "wb") as fh:
+                sftp.chmod(tmp, mode)
+                fh.write(data)
+        else:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, mode)

@@ -40,7 +40,7 @@ from kimi_ops.preflight import Check, Plan, build_plan, preflight_report, run_ch
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, failed, ok, skipped
 
-from .host import Host
+from .host import FileInfo, Host
 from .report import Reporter
 
 q = shlex.quote
@@ -177,28 +177,27 @@ def clean_shm(
 # --- patch-kv-config --------------------------------------------------------------------------
 
 
-def _model_files(h: Host, p: Profile, step: str) -> dict[str, str | None]:
-    test = h.run(f"test -d {q(p.model)}", step=step, check=False, mutating=False)
-    if not test.ok:
-        raise StepFailed(
-            step,
-            f"the model directory does not exist: {p.model}; nothing was changed",
-            command=test.command,
-            exited=test.exited,
-            hint="set kimi.model to the checkpoint directory on the host",
-        )
-    return {name: h.read_file(f"{p.model}/{name}", step=step) for name in kvpatch.KV_KEYS}
+def _model_files(h: Host, p: Profile, step: str) -> dict[str, FileInfo]:
+    """config files and their backups, by name, in one round trip."""
+    names = [*kvpatch.KV_KEYS, *(kvpatch.backup_name(n) for n in kvpatch.KV_KEYS)]
+    paths = [f"{p.model}/{n}" for n in names]
+    found = h.read_files(paths, step=step, require_dir=p.model)
+    return {n: found[path] for n, path in zip(names, paths, strict=True)}
 
 
 def patch_kv_config(
     h: Host, p: Profile, *, restore: bool = False, step: str = "patch-kv-config"
 ) -> StepResult:
-    """Remove (or, with ``restore``, bring back) the checkpoint's FP8 KV-cache settings."""
-    if restore:
-        return _restore(h, p, step)
+    """Remove (or, with ``restore``, bring back) the checkpoint's FP8 KV-cache settings.
+
+    Three round trips: read the files, write any missing backups (``cp -p``, never over an
+    existing backup), upload the patched texts and swap them in together.
+    """
     files = _model_files(h, p, step)
+    if restore:
+        return _restore(h, p, files, step)
     try:
-        patches = kvpatch.plan_patch(files)
+        patches = kvpatch.plan_patch({n: files[n].text for n in kvpatch.KV_KEYS})
     except kvpatch.ConfigPatchError as exc:
         raise StepFailed(
             step, f"{p.model}/{exc.message}", hint=exc.hint or "nothing was changed"
@@ -212,31 +211,31 @@ def patch_kv_config(
     removed = ", ".join(k for fp in todo for k in fp.removed)
     if h.dry:
         return skipped(step, f"dry run: would remove {removed}", diff=diff)
-    done: list[str] = []
-    for fp in todo:
-        path = f"{p.model}/{fp.name}"
-        backup = f"{p.model}/{kvpatch.backup_name(fp.name)}"
-        try:
-            mode = h.run(f"stat -c %a {q(path)}", step=step, mutating=False).stdout.strip()
-            h.run(
-                f"test -e {q(backup)} || cp -p -- {q(path)} {q(backup)}",
-                step=step,
-                hint=f"cannot write a backup next to {path}; is the model directory writable?",
-            )
-            h.put_bytes(fp.new.encode(), path, mode=int(mode or "644", 8), step=step)
-        except StepFailed as exc:
-            rolled = _roll_back(h, p, done, step)
-            raise StepFailed(
-                step,
-                f"patching {fp.name} failed: {exc.reason}. Changed: nothing"
-                + (f" ({', '.join(done)} rolled back from backup)" if rolled else "")
-                + f"; originals kept{' in *' + kvpatch.backup_name('') if done else ''}",
-                command=exc.command,
-                exited=exc.exited,
-                stderr=exc.stderr,
-                hint=exc.hint,
-            ) from exc
-        done.append(fp.name)
+    backups = " && ".join(
+        f"{{ test -e {q(f'{p.model}/{kvpatch.backup_name(fp.name)}')} || cp -p -- "
+        f"{q(f'{p.model}/{fp.name}')} {q(f'{p.model}/{kvpatch.backup_name(fp.name)}')}; }}"
+        for fp in todo
+    )
+    h.run(
+        backups,
+        step=step,
+        hint="cannot write a backup in the model directory: is it writable (and not full)?",
+    )
+    uploads = [
+        (fp.new.encode(), f"{p.model}/{fp.name}", files[fp.name].mode or 0o644) for fp in todo
+    ]
+    try:
+        h.put_files(uploads, step=step)
+    except StepFailed as exc:
+        raise StepFailed(
+            step,
+            f"{exc.reason}. Changed: nothing (the config files are as they were; backups "
+            f"*{kvpatch.backup_name('')} hold the originals)",
+            command=exc.command,
+            exited=exc.exited,
+            stderr=exc.stderr,
+            hint=exc.hint,
+        ) from exc
     return changed(
         step,
         f"removed {removed}; originals kept as *{kvpatch.backup_name('')}",
@@ -244,35 +243,28 @@ def patch_kv_config(
     )
 
 
-def _roll_back(h: Host, p: Profile, names: Sequence[str], step: str) -> bool:
-    for name in names:
-        path, backup = f"{p.model}/{name}", f"{p.model}/{kvpatch.backup_name(name)}"
-        h.run(
-            f"cp -p -- {q(backup)} {q(path)}.kimi-ops-rollback && mv -f -- "
-            f"{q(path)}.kimi-ops-rollback {q(path)}",
-            step=step,
-            check=False,
-        )
-    return bool(names)
-
-
-def _restore(h: Host, p: Profile, step: str) -> StepResult:
+def _restore(h: Host, p: Profile, files: dict[str, FileInfo], step: str) -> StepResult:
+    """Move each backup back over its file: byte for byte, atomic (rename), backup gone."""
     restored: list[str] = []
     diffs: list[str] = []
     for name in kvpatch.KV_KEYS:
-        path, backup = f"{p.model}/{name}", f"{p.model}/{kvpatch.backup_name(name)}"
-        original = h.read_file(backup, step=step)
+        original = files[kvpatch.backup_name(name)].text
         if original is None:
             continue
-        current = h.read_file(path, step=step) or ""
-        diffs.append(kvpatch.unified_diff(current, original, path))
-        if not h.dry:
-            h.run(f"mv -f -- {q(backup)} {q(path)}", step=step)
+        path = f"{p.model}/{name}"
+        diffs.append(kvpatch.unified_diff(files[name].text or "", original, path))
         restored.append(name)
     if not restored:
         return ok(step, "no backups to restore: the checkpoint was not patched by kimi-ops")
     if h.dry:
         return skipped(step, "dry run: would restore " + ", ".join(restored), diff="".join(diffs))
+    h.run(
+        " && ".join(
+            f"mv -f -- {q(f'{p.model}/{kvpatch.backup_name(n)}')} {q(f'{p.model}/{n}')}"
+            for n in restored
+        ),
+        step=step,
+    )
     return changed(step, "restored the originals of " + ", ".join(restored), diff="".join(diffs))
 
 
@@ -316,32 +308,53 @@ def upload_files(
 
 
 def sync_files(
-    h: Host, p: Profile, files: dict[str, tuple[bytes, int]], *, step: str
+    h: Host,
+    p: Profile,
+    files: dict[str, tuple[bytes, int]],
+    *,
+    step: str,
+    remove: Sequence[str] = (),
 ) -> tuple[list[str], str]:
-    """Upload each file whose checksum differs on the host: (uploaded names, script diff)."""
+    """Make run_dir hold ``files`` (and not ``remove``): (changed names, launch-script diff).
+
+    Two round trips when something changed: create run_dir, delete ``remove``, read the
+    checksums and the old launch script; then upload and swap everything in at once.
+    """
     r = _run_dir(p)
-    h.run(
-        f"mkdir -p -m 700 {q(r)} {q(r + '/' + LOG_DIR)}",
+    names = " ".join(q(f"{r}/{n}") for n in files)
+    script = q(f"{r}/{LAUNCH_SCRIPT}")
+    prepare = f"mkdir -p -m 700 {q(r)} {q(r + '/' + LOG_DIR)}"
+    for name in remove:
+        path = q(f"{r}/{name}")
+        prepare += f" && {{ if [ -e {path} ]; then rm -f -- {path} && echo @@removed:{name}; fi; }}"
+    read = f"sha256sum {names} 2>/dev/null; echo @@script; cat {script} 2>/dev/null; true"
+    out = h.run(
+        read if h.dry else f"{prepare} && {{ {read}; }}",
         step=step,
         hint=f"cannot create run_dir {r}: is it writable by the SSH user?",
+        mutating=False,
     )
-    names = " ".join(q(f"{r}/{n}") for n in files)
-    out = h.run(f"sha256sum {names} 2>/dev/null; true", step=step, mutating=False)
+    sums, _, old_script = out.stdout.partition("@@script\n")
     current = {}
-    for line in out.stdout.splitlines():
+    changed_names = [
+        f"(removed {ln.split(':', 1)[1]})"
+        for ln in sums.splitlines()
+        if ln.startswith("@@removed:")
+    ]
+    for line in sums.splitlines():
         digest, _, path = line.partition("  ")
         current[path.rsplit("/", 1)[-1]] = digest
+    todo = [
+        name
+        for name, (data, _) in files.items()
+        if current.get(name) != hashlib.sha256(data).hexdigest()
+    ]
     diff = ""
-    uploaded = []
-    for name, (data, mode) in files.items():
-        if current.get(name) == hashlib.sha256(data).hexdigest():
-            continue
-        if name == LAUNCH_SCRIPT:
-            old = h.read_file(f"{r}/{name}", step=step) or ""
-            diff = kvpatch.unified_diff(old, data.decode(), f"{r}/{name}")
-        h.put_bytes(data, f"{r}/{name}", mode=mode, step=step)
-        uploaded.append(name)
-    return uploaded, diff
+    if LAUNCH_SCRIPT in todo:
+        new_script = files[LAUNCH_SCRIPT][0].decode()
+        diff = kvpatch.unified_diff(old_script, new_script, f"{r}/{LAUNCH_SCRIPT}")
+    h.put_files([(files[n][0], f"{r}/{n}", files[n][1]) for n in todo], step=step)
+    return todo + changed_names, diff
 
 
 def ensure_standin(h: Host, p: Profile, *, step: str) -> None:
@@ -362,16 +375,10 @@ def upload_script(
     """Render the launch script (with the plan's launch arguments) and upload what changed."""
     r = _run_dir(p)
     files = upload_files(p, plan=plan, secrets_env=secrets_env)
-    uploaded, diff = sync_files(h, p, files, step=step)
-    for name in (ENV_FILE, STANDIN_CONFIG):
-        if name in files:
-            continue
-        # Not part of this deployment (secrets removed from the profile, engine no longer the
-        # stand-in): do not leave the old file behind.
-        path = q(f"{r}/{name}")
-        gone = h.run(f"if [ -e {path} ]; then rm -f -- {path} && echo removed; fi", step=step)
-        if "removed" in gone.stdout:
-            uploaded.append(f"(removed {name})")
+    # Files that are not part of this deployment (secrets removed from the profile, engine no
+    # longer the stand-in) must not stay behind.
+    stale = [n for n in (ENV_FILE, STANDIN_CONFIG) if n not in files]
+    uploaded, diff = sync_files(h, p, files, step=step, remove=stale)
     if not uploaded:
         return ok(step, f"{r}/{LAUNCH_SCRIPT} is up to date", data={"uploaded": []})
     verb = "would upload" if h.dry else "uploaded"
@@ -432,12 +439,20 @@ class PreflightOutcome:
 
 
 def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...]]:
-    """All preflight facts in two round trips: the gather command and the process listing."""
+    """All preflight facts in one round trip: the gather command and the process listing."""
     ensure_standin(h, p, step=step)
-    out = h.run(facts_mod.gather_command(p), step=step, check=False, mutating=False, timeout=120)
-    host_facts = facts_mod.parse_gathered(out.stdout)
-    found, pidfile_pid = listing(h, p, step)
-    own = procs.select_server_processes(found, port=p.port, pidfile_pid=pidfile_pid)
+    out = h.run(
+        f"{facts_mod.gather_command(p)}; echo @@kimi-ops:ps; {procs.LISTING_COMMAND}",
+        step=step,
+        check=False,
+        mutating=False,
+        timeout=120,
+    )
+    gathered, _, ps_text = out.stdout.rpartition("@@kimi-ops:ps\n")
+    host_facts = facts_mod.parse_gathered(gathered)
+    own = procs.select_server_processes(
+        procs.parse_ps(ps_text), port=p.port, pidfile_pid=host_facts.pidfile_pid
+    )
     return host_facts, tuple(own.pids)
 
 
@@ -484,13 +499,6 @@ def launch(
 ) -> StepResult:
     """Start the uploaded script detached; confirm the PID is alive and the log exists."""
     r = _run_dir(p)
-    test = h.run(f"test -x {q(r + '/' + LAUNCH_SCRIPT)}", step=step, check=False, mutating=False)
-    if not test.ok:
-        return failed(
-            step,
-            f"no launch script at {r}/{LAUNCH_SCRIPT}",
-            hint="run `fab upload-script` first (deploy does it for you)",
-        )
     launch_id = new_launch_id()
     log = f"{r}/{LOG_DIR}/{launch_id}.log"
     if h.dry:
@@ -499,7 +507,20 @@ def launch(
             "dry run: would start the server detached",
             lines=(launch_script.launch_command(r, launch_id),),
         )
-    out = h.run(launch_script.launch_command(r, launch_id), step=step)
+    out = h.run(launch_script.launch_command(r, launch_id), step=step, check=False)
+    if "@@no-script" in out.stdout:
+        return failed(
+            step,
+            f"no launch script at {r}/{LAUNCH_SCRIPT}",
+            hint="run `fab upload-script` first (deploy does it for you)",
+        )
+    if not out.ok:
+        return failed(
+            step,
+            f"the launcher failed with exit status {out.exited}",
+            command=out.command,
+            stderr=out.stderr,
+        )
     pid = launch_script.parse_launch_output(out.stdout)
     if pid is None:
         return failed(
