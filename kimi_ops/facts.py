@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 
 from .defaults import BACKUP_SUFFIX, PIDFILE, STANDIN_SCRIPT
+from .shell import NL_PRELUDE
+from .shell import quote as shell_quote
 
 if TYPE_CHECKING:
     from .profile import Profile
@@ -429,18 +431,14 @@ _LOGIND_FILES = (
 
 
 #: Shell variable holding a newline; gather_command defines it so quoted words stay one line.
-_NL_VAR = "kimi_ops_nl"
-_NL_DEFINE = f"{_NL_VAR}=$(printf '\\n.'); {_NL_VAR}=${{{_NL_VAR}%.}}"
 
 
 def sh_quote(value: str) -> str:
-    """shlex.quote, except that newlines become ``"$kimi_ops_nl"`` so the word stays one line.
+    """:func:`kimi_ops.shell.quote`: newlines become ``"$kimi_ops_nl"`` (one-line words).
 
-    Only valid inside :func:`gather_command`'s output, which defines that variable.
+    Valid inside :func:`gather_command`'s output, which defines that variable.
     """
-    if "\n" not in value:
-        return shlex.quote(value)
-    return f'"${_NL_VAR}"'.join(shlex.quote(part) if part else "" for part in value.split("\n"))
+    return shell_quote(value)
 
 
 def _sh_path(path: str) -> str:
@@ -533,7 +531,7 @@ def gather_command(profile: Profile) -> str:
         ("pidfile", f"cat {_join(run_dir, shlex.quote(PIDFILE))}"),
     ]
     assert tuple(name for name, _ in sections) == SECTIONS
-    return "; ".join([_NL_DEFINE] + [_section(name, command) for name, command in sections])
+    return NL_PRELUDE + "; ".join(_section(name, command) for name, command in sections)
 
 
 # --- parsing the gathered output --------------------------------------------------------------

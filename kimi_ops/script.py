@@ -25,14 +25,18 @@ from .defaults import (
     STANDIN_SCRIPT,
 )
 from .profile import Profile
+from .shell import quote
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 _LAUNCH_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 def q(value: object) -> str:
-    """Shell-quote one value."""
+    """Shell-quote one value for the script file (newlines stay inside the quotes)."""
     return shlex.quote(str(value))
+
+
+sq = quote  # for one-line commands: never contains a newline
 
 
 def join(argv: Sequence[str]) -> str:
@@ -160,7 +164,7 @@ def launch_command(run_dir: str, launch_id: str) -> str:
     """
     if not _LAUNCH_ID.match(launch_id):
         raise ValueError(f"bad launch id {launch_id!r}")
-    r = q(run_dir.rstrip("/") or "/")
+    r = sq(run_dir.rstrip("/") or "/")
     log = f"{LOG_DIR}/{launch_id}.log"
     return (
         f"cd {r} && {{ test -x {LAUNCH_SCRIPT} || {{ echo @@no-script; exit 3; }}; }} && "
@@ -179,7 +183,7 @@ def parse_launch_output(text: str) -> int | None:
 
 def running_state_command(run_dir: str) -> str:
     """The current launch id, the digest recorded when it launched, and the pidfile's process."""
-    r = q(run_dir.rstrip("/") or "/")
+    r = sq(run_dir.rstrip("/") or "/")
     return (
         f'id=$(cat {r}/{LAUNCH_ID_FILE} 2>/dev/null || true); echo "launch_id=$id"; '
         f'if [ -n "$id" ]; then echo "digest=$(cut -d" " -f1 {r}/{LOG_DIR}/"$id".sha256 '
@@ -197,13 +201,16 @@ def parse_key_values(text: str) -> dict[str, str]:
 
 def confirm_command(run_dir: str, pid: int, launch_id: str) -> str:
     """After launch: is the PID alive, does the log exist, what does the pidfile say."""
-    r = q(run_dir.rstrip("/") or "/")
+    r = sq(run_dir.rstrip("/") or "/")
     log = f"{r}/{LOG_DIR}/{launch_id}.log"
     return (
-        f"if kill -0 {int(pid)} 2>/dev/null; then echo alive=1; else echo alive=0; fi; "
+        # A process that already exited can linger as a zombie: that is not alive.
+        f'st=$(ps -o stat= -p {int(pid)} 2>/dev/null | tr -d " "); '
+        'case "$st" in ""|Z*) echo alive=0;; *) echo alive=1;; esac; '
         f"if [ -f {log} ]; then echo logfile=1; else echo logfile=0; fi; "
         f'echo "pidfile=$(cat {r}/{PIDFILE} 2>/dev/null)"; '
-        f"echo @@log; tail -c 4000 {log} 2>/dev/null; true"
+        # Enough of the log for the diagnosis: the root cause is printed well above the end.
+        f"echo @@log; tail -c 262144 {log} 2>/dev/null; true"
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from .defaults import CURRENT_LOG, PIDFILE
 from .diagnose import Diagnosis, LogDiagnoser
 from .procs import is_vllm_title, server_args
-from .script import q
+from .shell import quote as q
 
 #: The most log bytes one poll reads.
 MAX_POLL_BYTES = 4 * 1024 * 1024

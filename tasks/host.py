@@ -11,10 +11,10 @@ every key is replaced).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import posixpath
 import secrets
-import shlex
 import socket
 import sys
 import time
@@ -29,6 +29,13 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from kimi_ops.errors import KimiOpsError, RemoteKilled, StepFailed
 from kimi_ops.profile import Profile
+from kimi_ops.shell import one_line, quote
+
+# paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner") with their
+# tracebacks; with no handler configured Python's last-resort handler prints them to stderr.
+# Every such failure also reaches us as an exception, reported as one line (connect_error);
+# `fab -d` configures logging and still shows them.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 #: KIMI_OPS_TRACE=1 prints every command with its duration and exit status to stderr.
 TRACE = os.environ.get("KIMI_OPS_TRACE") == "1"
@@ -115,6 +122,11 @@ class Host:
             client.set_missing_host_key_policy(paramiko.RejectPolicy())
         if c.connect_timeout is None:
             c.connect_timeout = int(max(1, self.profile.connect_timeout))
+        # A port that accepts TCP but never sends an SSH banner would otherwise be waited on
+        # for paramiko's own 15 s, whatever connect_timeout says.
+        kwargs = getattr(c, "connect_kwargs", None)
+        if kwargs is not None and "banner_timeout" not in kwargs:
+            kwargs["banner_timeout"] = c.connect_timeout
 
     def _port(self) -> int:
         return int(getattr(self.c, "port", 22) or 22)
@@ -142,6 +154,16 @@ class Host:
                 f"{where}: unknown host key for {key_name} (not in {self.profile.known_hosts})",
                 hint=f"verify and add it: `ssh-keyscan -p {port} {host} >> "
                 f"{self.profile.known_hosts}`, or set `kimi.host_key_policy: accept-new`",
+            )
+        if isinstance(exc, paramiko.SSHException) and (
+            "banner" in str(exc) or "No existing session" in str(exc)
+        ):
+            # Connected, but no SSH handshake within the timeout (paramiko says "No existing
+            # session" when start_client gives up before its transport thread does).
+            return KimiOpsError(
+                f"{where}: port {port} accepted the connection but no SSH server answered within "
+                f"{self.profile.connect_timeout:g} s",
+                hint="is this the SSH port, and is sshd alive (not hung or overloaded)?",
             )
         if isinstance(exc, (socket.timeout, TimeoutError)):
             return KimiOpsError(
@@ -175,8 +197,7 @@ class Host:
 
         In dry mode a ``mutating`` command is only printed and "succeeds" with no output.
         """
-        if "\n" in command:
-            raise ValueError("kimi-ops never sends a multi-line command inline")
+        command = one_line(command)
         if self.dry and mutating:
             print(f"[dry] {self.name}: would run: {command}")
             return Output(command, "", "", 0)
@@ -221,9 +242,11 @@ class Host:
                 hint=KILLED_HINT,
             )
         if check and not out.ok:
+            said = (out.stderr or out.stdout).strip().splitlines()
             raise StepFailed(
                 step,
-                f"command failed with exit status {out.exited}",
+                f"command failed with exit status {out.exited}"
+                + (f": {said[-1].strip()[:300]}" if said else ""),
                 command=command,
                 exited=out.exited,
                 stderr=out.stderr or out.stdout[-2000:],
@@ -249,7 +272,7 @@ class Host:
 
     def read_file(self, path: str, *, step: str) -> str | None:
         """A text file's content, or None when it does not exist."""
-        qp = shlex.quote(path)
+        qp = quote(path)
         out = self.run(
             f"if [ -f {qp} ]; then cat {qp}; else echo __kimi_ops_missing__ >&2; exit 3; fi",
             step=step,
@@ -278,10 +301,10 @@ class Host:
         mark = f"@@kimi-ops-{secrets.token_hex(6)}"
         parts = []
         if require_dir is not None:
-            d = shlex.quote(require_dir)
+            d = quote(require_dir)
             parts.append(f"if [ ! -d {d} ]; then echo {mark}:nodir; exit 3; fi")
         for i, path in enumerate(paths):
-            qp = shlex.quote(path)
+            qp = quote(path)
             parts.append(
                 f'if [ -f {qp} ]; then echo "{mark}:{i}:$(stat -c %a {qp})"; cat {qp}; '
                 f"else echo {mark}:{i}:missing; fi"
@@ -339,30 +362,60 @@ class Host:
             try:
                 self._write(tmp, data, mode)
             except (OSError, paramiko.SSHException) as exc:
-                tmps = " ".join(shlex.quote(t) for _, t, _ in staged)
+                tmps = " ".join(quote(t) for _, t, _ in staged)
                 self.run(f"rm -f -- {tmps}", step=step, check=False)
                 raise StepFailed(
                     step,
                     f"upload to {path} failed: {exc}; no file was replaced",
                     hint=f"check that {directory} is writable and the disk is not full",
                 ) from exc
-        sums = "".join(f"{digest}  {tmp}\\n" for digest, tmp, _ in staged)
-        moves = " && ".join(
-            f"mv -f -- {shlex.quote(tmp)} {shlex.quote(path)}" for _, tmp, path in staged
+        # Each checksum is read from stdin, so any file name (even one with a newline) works.
+        sums = " && ".join(
+            f'[ "$(sha256sum < {quote(tmp)})" = "{digest}  -" ]' for digest, tmp, _ in staged
         )
-        tmps = " ".join(shlex.quote(t) for _, t, _ in staged)
+        # Every file is renamed into place, or none is: before the swap each existing target
+        # is kept under a `.prev` name (a hard link, else a copy); if a rename fails (e.g. an
+        # immutable file), the files already swapped are put back (or removed if they are new).
+        q = quote
+        token = secrets.token_hex(4)
+        prevs = [f"{tmp}.{token}.prev" for _, tmp, _ in staged]
+        keep = " && ".join(
+            f"{{ [ ! -e {q(path)} ] || ln -f -- {q(path)} {q(prev)} 2>/dev/null || "
+            f"cp -p -- {q(path)} {q(prev)}; }}"
+            for (_, _, path), prev in zip(staged, prevs, strict=True)
+        )
+        moves = " && ".join(
+            f"mv -f -- {q(tmp)} {q(path)} && n={i}" for i, (_, tmp, path) in enumerate(staged, 1)
+        )
+        undo = "; ".join(
+            f"if [ $n -ge {i} ]; then if [ -e {q(prev)} ]; then mv -fT {q(prev)} {q(path)}; "
+            f"else rm -f {q(path)}; fi || echo @@kimi-ops-not-rolled-back:{q(path)}; fi"
+            for i, ((_, _, path), prev) in enumerate(zip(staged, prevs, strict=True), 1)
+        )
+        tmps = " ".join(q(t) for _, t, _ in staged)
+        all_prevs = " ".join(q(p) for p in prevs)
         check = self.run(
-            f"printf {shlex.quote(sums)} | sha256sum -c --status - && {moves}"
-            f" || {{ rm -f -- {tmps}; exit 1; }}",
+            f"n=0; {keep} && {sums} && {moves}"
+            f" && {{ rm -f {all_prevs}; true; }}"
+            f" || {{ rm -f -- {tmps}; {undo}; rm -f {all_prevs}; exit 1; }}",
             step=step,
             check=False,
         )
         if not check.ok:
             names = ", ".join(path for _, _, path in staged)
+            stuck = [
+                ln.split(":", 1)[1]
+                for ln in check.stdout.splitlines()
+                if ln.startswith("@@kimi-ops-not-rolled-back:")
+            ]
             raise StepFailed(
                 step,
                 f"upload of {names} did not verify (checksum mismatch or rename failed); "
-                "the previous files are unchanged",
+                + (
+                    f"ROLL-BACK FAILED: {', '.join(stuck)} may hold the new content"
+                    if stuck
+                    else "the previous files are unchanged"
+                ),
                 command=check.command,
                 exited=check.exited,
                 stderr=check.stderr,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import shlex
 import socket
 import subprocess
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from kimi_ops.defaults import LOCK_FILE
 from kimi_ops.errors import StepFailed
+from kimi_ops.shell import one_line, quote
 
 from .host import Host
 
@@ -30,15 +30,15 @@ HOLDER_SUFFIX = ".holder"
 
 def lock_command(run_dir: str, holder: str) -> str:
     r = run_dir.rstrip("/") or "/"
-    lock = shlex.quote(f"{r}/{LOCK_FILE}")
-    info = shlex.quote(f"{r}/{LOCK_FILE}{HOLDER_SUFFIX}")
+    lock = quote(f"{r}/{LOCK_FILE}")
+    info = quote(f"{r}/{LOCK_FILE}{HOLDER_SUFFIX}")
     inner = (
-        f'printf "%s remote_pid=%s\\n" {shlex.quote(holder)} "$$" > {info}; '
+        f'printf "%s remote_pid=%s\\n" {quote(holder)} "$$" > {info}; '
         f'echo "{LOCKED}"; exec cat > /dev/null'
     )
     return (
-        f"mkdir -p -m 700 {shlex.quote(r)} && "
-        f"{{ flock -n -E 75 {lock} sh -c {shlex.quote(inner)}; rc=$?; "
+        f"mkdir -p -m 700 {quote(r)} && "
+        f"{{ flock -n -E 75 {lock} sh -c {quote(inner)}; rc=$?; "
         f'if [ $rc -eq 75 ]; then echo "{BUSY}"; cat {info} 2>/dev/null; fi; exit $rc; }}'
     )
 
@@ -65,7 +65,7 @@ class HostLock:
     def __enter__(self) -> HostLock:
         if self.host.dry:
             return self
-        command = lock_command(self.run_dir, holder_text(self.step))
+        command = one_line(lock_command(self.run_dir, holder_text(self.step)))
         if self.host.remote:
             try:
                 self.host.c.open()
@@ -94,11 +94,13 @@ class HostLock:
                 command=command,
                 hint="wait for it to finish; a holder that died releases the lock by itself",
             )
+        output = (first + rest).strip()
+        cause = output.splitlines()[-1] if output else "no output"
         raise StepFailed(
             self.step,
-            "could not take the deployment lock",
+            f"could not take the deployment lock in run_dir {self.run_dir}: {cause}",
             command=command,
-            stderr=(first + rest).strip(),
+            stderr=output,
             hint=f"is flock(1) (util-linux) installed, and is {self.run_dir} writable?",
         )
 

@@ -44,12 +44,25 @@ def debug_enabled() -> bool:
     )
 
 
+#: Tasks that upload the secrets env file: their secrets are resolved (and a missing
+#: ``api_key_env`` variable reported) before any remote command. The others (status, stop,
+#: verify, ...) never need them locally: the host's 0600 env file holds them.
+SECRET_STEPS = frozenset({"deploy", "upload-script"})
+
+
 @dataclass
 class Session:
     host: Host
     profile: Profile
     reporter: Reporter
-    secrets: dict[str, str]
+    _secrets: dict[str, str] | None = None
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        """The secrets for the server's env file, resolved from the local environment."""
+        if self._secrets is None:
+            self._secrets = secret_env_values(self.profile, os.environ)
+        return self._secrets
 
     def report(self, result: StepResult) -> StepResult:
         """Print a result; a failed one ends the task with exit status 1."""
@@ -78,7 +91,7 @@ def session(
     reporter = Reporter(None, quiet=quiet)
     try:
         profile = load(c, overrides)
-        secrets = secret_env_values(profile, os.environ)
+        secrets = secret_env_values(profile, os.environ) if step in SECRET_STEPS else None
         host = Host(c, profile, dry=dry)
         reporter.host = host.name if host.remote else None
         profile = profile.with_run_dir(host.resolve(profile.run_dir))

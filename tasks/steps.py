@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,11 +38,11 @@ from kimi_ops.facts import HostFacts
 from kimi_ops.preflight import Check, Plan, build_plan, preflight_report, run_checks
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, failed, ok, skipped
+from kimi_ops.shell import quote as q
 
 from .host import FileInfo, Host
 from .report import Reporter
 
-q = shlex.quote
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
 
@@ -507,6 +506,7 @@ def launch(
             "dry run: would start the server detached",
             lines=(launch_script.launch_command(r, launch_id),),
         )
+    started = time.monotonic()
     out = h.run(launch_script.launch_command(r, launch_id), step=step, check=False)
     if "@@no-script" in out.stdout:
         return failed(
@@ -532,19 +532,32 @@ def launch(
     )
     alive, has_log = confirm.get("alive") == "1", confirm.get("logfile") == "1"
     if not (alive and has_log):
-        missing = " and ".join(
-            x for x, bad in (("the log file", not has_log), (f"process {pid}", not alive)) if bad
-        )
-        printed = confirm.get("log", "").strip()
-        diag = diagnose(printed, {"port": p.port}) if printed else None
-        hint = diag.hint if diag and diag.failed else "see the launcher output above"
+        took = time.monotonic() - started
+        printed = confirm.get("log", "")
+        diag = diagnose(printed, {"port": p.port}) if printed.strip() else None
+        data = {"pid": pid, "log": log, "launch_id": launch_id}
+        if diag is not None:
+            data["diagnosis"] = diag.to_dict()
+        if has_log and diag is not None and (diag.failed or diag.stage is not None):
+            # The server ran and died: that is a crash, with its cause.
+            message = f"the server exited {took:.1f} s after launch: {diag.summary}"
+        else:
+            missing = " and ".join(
+                x
+                for x, bad in (("the log file", not has_log), (f"process {pid}", not alive))
+                if bad
+            )
+            message = f"never started: {missing} missing {took:.1f} s after launch"
+        tail = printed.strip().splitlines()[-30:] or ["(the launcher printed nothing)"]
+        if diag is not None and diag.failed:
+            tail = [f"label: {diag.label}", *(f"evidence: {e}" for e in diag.evidence[:3]), *tail]
         return failed(
             step,
-            f"never started: {missing} missing within {settle:g} s",
-            lines=tuple(printed.splitlines()[-30:]) or ("(the launcher printed nothing)",),
+            message,
+            lines=tuple(tail),
             stderr=out.stderr,
-            hint=hint,
-            data={"pid": pid, "log": log, "launch_id": launch_id},
+            hint=diag.hint if diag and diag.failed else "see the launcher output above",
+            data=data,
         )
     return changed(
         step,

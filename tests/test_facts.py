@@ -40,6 +40,7 @@ from kimi_ops.facts import (
     split_sections,
 )
 from kimi_ops.profile import load_profile
+from kimi_ops.shell import NL_PRELUDE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "facts"
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -482,7 +483,7 @@ def test_gather_command_newline_in_path(host: dict) -> None:
 def test_sh_quote_round_trips_any_text(value: str) -> None:
     word = facts.sh_quote(value)
     assert "\n" not in word
-    script = f"{facts._NL_DEFINE}; printf '%s' {word}"
+    script = f"{NL_PRELUDE}printf '%s' {word}"
     proc = subprocess.run(["sh", "-c", script], capture_output=True, timeout=10, check=True)
     assert proc.stdout.decode("utf-8", "surrogateescape") == value
 
