@@ -31,6 +31,7 @@ _PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
 #: vLLM names its engine and worker processes with setproctitle: "VLLM::EngineCore", ...
 _VLLM_TITLE = re.compile(r"^VLLM::[A-Za-z_]+")
 DEFAULT_VLLM_PORT = 8000
+_DIGITS = re.compile(r"^[0-9]+$")  # str.isdigit() accepts "²", which int() rejects
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def parse_ps(text: str) -> Listing:
         if line.startswith("#"):
             continue
         parts = line.split(None, 3)
-        if len(parts) < 3 or not all(x.isdigit() for x in parts[:3]):
+        if len(parts) < 3 or not all(_DIGITS.match(x) for x in parts[:3]):
             continue
         args = parts[3] if len(parts) == 4 else ""
         procs.append(Proc(int(parts[0]), int(parts[1]), int(parts[2]), args))
@@ -173,7 +174,7 @@ def server_port(argv: list[str]) -> int:
             value = argv[i + 1]
         elif tok.startswith("--port="):
             value = tok.split("=", 1)[1]
-        if value is not None and value.isdigit():
+        if value is not None and _DIGITS.match(value):
             return int(value)
     return DEFAULT_VLLM_PORT
 
@@ -281,6 +282,6 @@ def parse_signal_output(text: str) -> tuple[list[int], list[int]]:
     gone: list[int] = []
     for line in text.split("\n"):
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
+        if len(parts) == 2 and _DIGITS.match(parts[1]):
             (sent if parts[0] == "sent" else gone).append(int(parts[1]))
     return sent, gone

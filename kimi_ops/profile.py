@@ -21,6 +21,29 @@ from .errors import ProfileError
 ENGINES = ("vllm", "standin")
 HOST_KEY_POLICIES = ("reject", "accept-new")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Names the launch script cannot export: bash's read-only or special variables, and the
+#: script's own (``kimi_ops_*``).
+RESERVED_ENV = frozenset(
+    {
+        "UID",
+        "EUID",
+        "PPID",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "BASH_VERSINFO",
+        "BASHPID",
+        "GROUPS",
+        "FUNCNAME",
+        "BASH_ARGV",
+        "BASH_ARGC",
+        "BASH_LINENO",
+        "BASH_SOURCE",
+        "IFS",
+        "BASH_ENV",
+        "ENV",
+        "PS4",
+    }
+)
 _CC = re.compile(r"^\d+\.\d+$")
 
 
@@ -38,6 +61,7 @@ class StandinSettings:
     crash_after_seconds: float | None = STANDIN_DEFAULTS["crash_after_seconds"]
     hang: bool = STANDIN_DEFAULTS["hang"]
     echo_argv: bool = STANDIN_DEFAULTS["echo_argv"]
+    state_file: str | None = STANDIN_DEFAULTS["state_file"]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,6 +212,10 @@ def _env(key: str, value: Any) -> dict[str, str]:
     for name, val in value.items():
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             raise ProfileError(f"{key}.{name}", "is not a valid environment variable name")
+        if name in RESERVED_ENV or name.lower().startswith("kimi_ops_"):
+            raise ProfileError(
+                f"{key}.{name}", "is reserved (a bash special variable or the script's own)"
+            )
         if isinstance(val, bool) or not isinstance(val, (str, int, float)):
             raise ProfileError(f"{key}.{name}", f"must be a string, got {val!r}")
         text = str(val)
@@ -236,6 +264,7 @@ def _standin(value: Any) -> StandinSettings:
         ),
         hang=_bool("standin.hang", data["hang"]),
         echo_argv=_bool("standin.echo_argv", data["echo_argv"]),
+        state_file=_str("standin.state_file", data["state_file"], optional=True),
     )
 
 

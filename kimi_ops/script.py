@@ -108,22 +108,24 @@ def render_launch_script(
         f"# Serves {profile.served_model_name!r} on port {profile.port} "
         f"({'stand-in engine: emulates vLLM, loads no model' if profile.is_standin else 'vLLM'}).",
         "set -euo pipefail",
-        'launch_id="${1:-manual-$(date +%Y%m%dT%H%M%S)}"',
-        f"run_dir={q(run_dir)}",
-        'cd "$run_dir"',
+        'kimi_ops_launch_id="${1:-manual-$(date +%Y%m%dT%H%M%S)}"',
+        f"kimi_ops_run_dir={q(run_dir)}",
+        'cd "$kimi_ops_run_dir"',
     ]
     lines += [f"export {name}={q(value)}" for name, value in sorted(environment.items())]
     lines += [
-        f'if [ -f "$run_dir"/{ENV_FILE} ]; then set -a; . "$run_dir"/{ENV_FILE}; set +a; fi',
-        f"server={q(argv[0])}",
-        'if [ ! -x "$server" ]; then',
-        '  echo "kimi-ops: the profile\'s python is not an executable file: $server" >&2',
+        f'if [ -f "$kimi_ops_run_dir"/{ENV_FILE} ]; then',
+        f'  set -a; . "$kimi_ops_run_dir"/{ENV_FILE}; set +a',
+        "fi",
+        f"kimi_ops_server={q(argv[0])}",
+        'if [ ! -x "$kimi_ops_server" ]; then',
+        '  echo "kimi-ops: the profile\'s python is not an executable file: $kimi_ops_server" >&2',
         "  exit 127",
         "fi",
-        f"printf '%s\\n' \"$launch_id\" > {LAUNCH_ID_FILE}.tmp && mv -f {LAUNCH_ID_FILE}.tmp "
-        f"{LAUNCH_ID_FILE}",
+        f"printf '%s\\n' \"$kimi_ops_launch_id\" > {LAUNCH_ID_FILE}.tmp",
+        f"mv -f {LAUNCH_ID_FILE}.tmp {LAUNCH_ID_FILE}",
         f"printf '%s\\n' \"$$\" > {PIDFILE}.tmp && mv -f {PIDFILE}.tmp {PIDFILE}",
-        'echo "kimi-ops: launch $launch_id: pid $$: exec $server"',
+        'echo "kimi-ops: launch $kimi_ops_launch_id: pid $$: exec $kimi_ops_server"',
         "exec " + join(argv),
         "",
     ]

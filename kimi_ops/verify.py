@@ -8,7 +8,6 @@ list, one chat completion with max_tokens=1). Ready means the completion answere
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,10 +192,6 @@ class VerifyState:
             "waiting", "up but not ready: " + probe.describe(self.served_model_name), diag
         )
 
-    @property
-    def caught_up(self) -> bool:
-        return True
-
     def _decide(self, facts: PollFacts, now: float) -> Verdict:
         diag = self.diagnoser.diagnosis()
         if not facts.log_exists and not facts.alive:
@@ -207,7 +202,7 @@ class VerifyState:
             )
         if diag.failed:
             if not facts.alive:
-                return Verdict("crashed", f"crashed: {diag.summary}", diag)
+                return Verdict("crashed", _crashed(diag), diag)
             if self.fatal_since is None:
                 self.fatal_since = now
             if now - self.fatal_since >= CRASH_EXIT_GRACE:
@@ -240,12 +235,13 @@ class VerifyState:
         return Verdict("waiting", _progress_line(diag), diag, probe_due=probe_due)
 
 
+def _crashed(diag: Diagnosis) -> str:
+    return diag.summary if diag.summary.startswith("crashed") else f"crashed: {diag.summary}"
+
+
 def _progress_line(diag: Diagnosis) -> str:
     stage = diag.stage or "starting"
     return f"{stage} {diag.progress}" if diag.progress else stage
-
-
-_NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 
 
 def probe_command(python: str, probe_path: str, port: int, model: str, env_file: str) -> str:

@@ -65,8 +65,9 @@ class Deployment:
         }
         return deep_merge(base, ours, {"kimi": self.overrides}, {"kimi": kimi})
 
-    def fab(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None,
-            **kimi: Any) -> FabRun:
+    def fab(
+        self, *args: str, timeout: float = 120, env: dict[str, str] | None = None, **kimi: Any
+    ) -> FabRun:
         run = run_fab(self.sshd, *args, config=self.config(**kimi), timeout=timeout, env=env)
         self.remember_server()
         return run
@@ -85,8 +86,11 @@ class Deployment:
 
     def chat(self, content: str = "Hello!", api_key: str | None = None) -> dict[str, Any]:
         body = json.dumps(
-            {"model": "kimi-k2.5", "messages": [{"role": "user", "content": content}],
-             "max_tokens": 16}
+            {
+                "model": "kimi-k2.5",
+                "messages": [{"role": "user", "content": content}],
+                "max_tokens": 16,
+            }
         ).encode()
         headers = {"Content-Type": "application/json"}
         if api_key:

@@ -38,7 +38,7 @@ def test_a_seed_fp8_failure_then_patch_then_ready_then_restore(dep: Deployment) 
 
     patch = dep.fab("patch-kv-config")
     assert patch.ok, patch.describe()
-    assert "-  \"kv_cache_scheme\"" in patch.output or "kv_cache_scheme" in patch.output
+    assert '-  "kv_cache_scheme"' in patch.output or "kv_cache_scheme" in patch.output
     again = dep.fab("patch-kv-config")
     assert again.ok and "nothing to patch" in again.output, again.describe()
 
@@ -57,8 +57,13 @@ def test_a_seed_fp8_failure_then_patch_then_ready_then_restore(dep: Deployment) 
 
 def _spawn(argv: list[str]) -> subprocess.Popen:
     """A decoy process this test starts (and ends, by PID)."""
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def test_b_seed_one_liner_does_nothing_and_kill_stale_spares_decoys(
@@ -85,10 +90,16 @@ def test_b_seed_one_liner_does_nothing_and_kill_stale_spares_decoys(
     assert server is not None and pid_alive(server)
     decoys = [
         _spawn(["tail", "-f", str(dep.run_dir / "current.log")]),
-        _spawn([sys.executable, "-c", "import time; time.sleep(60)", "vllm", "--port",
-                str(dep.port)]),
-        _spawn(["bash", "-c", f"sleep 60; : python3 -m vllm.entrypoints.openai.api_server "
-                f"--port {dep.port}"]),
+        _spawn(
+            [sys.executable, "-c", "import time; time.sleep(60)", "vllm", "--port", str(dep.port)]
+        ),
+        _spawn(
+            [
+                "bash",
+                "-c",
+                f"sleep 60; : python3 -m vllm.entrypoints.openai.api_server --port {dep.port}",
+            ]
+        ),
     ]
     try:
         kill = dep.fab("kill-stale")
@@ -179,7 +190,7 @@ def test_f_server_survives_the_ssh_session_and_verify_reconnects(dep: Deployment
 def test_g_hostile_strings_reach_the_engine_unchanged(sshd: SshdHost, tmp_path: Path) -> None:
     import json
 
-    hostile_dir = tmp_path / "my model's \"dir\" $HOME; `id`\nline2"
+    hostile_dir = tmp_path / 'my model\'s "dir" $HOME; `id`\nline2'
     d = make_deployment(sshd, hostile_dir.parent)
     model = hostile_dir
     model.mkdir()
@@ -190,7 +201,7 @@ def test_g_hostile_strings_reach_the_engine_unchanged(sshd: SshdHost, tmp_path: 
         run = d.fab("deploy", model=str(model), extra_args=extra)
         assert run.ok, run.describe()
         line = next(ln for ln in d.log_text().splitlines() if ln.startswith("kimi-standin argv: "))
-        argv = json.loads(line[len("kimi-standin argv: "):])
+        argv = json.loads(line[len("kimi-standin argv: ") :])
         assert argv[argv.index("--model") + 1] == str(model)
         assert argv[argv.index("--chat-template") + 1] == extra[1]
     finally:
