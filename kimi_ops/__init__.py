@@ -17,10 +17,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .checkpoint import checkpoint_files
+from .compat import backends_for, effective_kv_cache_dtype, fp8_kv_supported
 from .defaults import DEFAULTS, STANDIN_DEFAULTS
 from .diagnose import LABELS, RULES, STAGES, Diagnosis, LogDiagnoser, Rule, diagnose
 from .errors import ConfigPatchError, KimiOpsError, ProfileError, RemoteKilled, StepFailed
+from .facts import HostFacts, gather_command, parse_gathered
 from .kvpatch import FilePatch, patch_text, plan_patch, remove_key, unified_diff
+from .preflight import Check, Plan, build_plan, preflight_report, run_checks
 from .procs import (
     LISTING_COMMAND,
     Listing,
@@ -32,9 +36,10 @@ from .procs import (
     server_args,
     signal_command,
 )
-from .profile import Profile, StandinSettings, load_profile
+from .profile import Profile, StandinSettings, load_profile, secret_env_values
 from .result import Status, StepResult, format_result
 from .script import engine_command, launch_command, render_launch_script, server_argv
+from .shell import quote
 from .shm import ShmFile, ShmPlan, parse_shm_listing, plan_shm_cleanup
 from .verify import PollFacts, ProbeResult, Verdict, VerifyState, parse_poll, poll_command
 
@@ -46,6 +51,21 @@ __all__ = [
     "Profile",
     "StandinSettings",
     "load_profile",
+    "secret_env_values",
+    # facts, compatibility and the plan
+    "HostFacts",
+    "gather_command",
+    "parse_gathered",
+    "Check",
+    "Plan",
+    "run_checks",
+    "build_plan",
+    "preflight_report",
+    "effective_kv_cache_dtype",
+    "backends_for",
+    "fp8_kv_supported",
+    "checkpoint_files",
+    "quote",
     # errors
     "KimiOpsError",
     "ProfileError",

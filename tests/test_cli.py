@@ -1,0 +1,92 @@
+"""The `fab` command line itself: task list, diagnose on real logs, and the pure-core rule."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FAB = Path(sys.executable).parent / "fab"
+SHARED_LOGS = REPO.parent / "shared" / "vllm" / "logs"
+
+
+def fab(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(FAB), *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_fab_list_shows_every_task_with_help() -> None:
+    out = fab("--list")
+    assert out.returncode == 0, out.stderr
+    tasks = {}
+    for line in out.stdout.splitlines():
+        parts = line.split(None, 1)
+        if line.startswith("  ") and len(parts) == 2:
+            tasks[parts[0]] = parts[1]
+    for name in (
+        "kill-stale", "clean-shm", "patch-kv-config", "upload-script", "launch", "verify",
+        "deploy", "status", "logs", "stop", "preflight", "diagnose", "demo",
+    ):  # fmt: skip
+        assert name in tasks and len(tasks[name]) > 10, (name, out.stdout)
+
+
+def test_task_flags_have_help() -> None:
+    out = fab("--help", "deploy")
+    assert out.returncode == 0
+    for flag in ("--port", "--model", "--restart", "--dry"):
+        assert flag in out.stdout
+
+
+@pytest.mark.skipif(not SHARED_LOGS.is_dir(), reason="shared/vllm/logs is not beside the repo")
+def test_diagnose_json_on_every_shared_log() -> None:
+    logs = sorted(SHARED_LOGS.glob("*.log"))
+    assert len(logs) >= 12
+    for path in logs:
+        out = fab("diagnose", "--log", str(path), "--json")
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        expected = path.stem.split("_", 1)[1]  # "037_kv_cache_dtype_unsupported" -> label
+        assert data["label"] == expected, (path.name, data)
+
+
+def test_diagnose_of_a_missing_file_is_one_line() -> None:
+    out = fab("diagnose", "--log", "/nonexistent/vllm.log")
+    assert out.returncode == 1
+    assert "no such file" in out.stderr and "Traceback" not in out.stderr
+
+
+FORBIDDEN = {"fabric", "invoke", "paramiko", "subprocess", "socket"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sorted((REPO / "kimi_ops").glob("*.py")) if p.name != "standin.py"],
+    ids=lambda p: p.name,
+)
+def test_kimi_ops_is_pure(path: Path) -> None:
+    """No module of the core imports fabric, invoke, paramiko, subprocess or socket (the
+    stand-in engine is the one stdlib exception: it is uploaded and run on hosts)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+
+
+def test_public_api_is_reexported() -> None:
+    import kimi_ops
+
+    for name in kimi_ops.__all__:
+        assert hasattr(kimi_ops, name), name
+    assert {"load_profile", "render_launch_script", "select_server_processes", "plan_patch",
+            "diagnose", "plan_shm_cleanup"} <= set(kimi_ops.__all__)  # fmt: skip
