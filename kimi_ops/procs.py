@@ -157,7 +157,8 @@ def server_args(args: str) -> list[str] | None:
     if script == "vllm" and rest[:1] == ["serve"]:
         return rest[1:]
     if script in (STANDIN_SCRIPT, "standin.py"):
-        return rest
+        # Its nvidia-smi and vllm-version modes are one-shot queries, not servers.
+        return None if rest[:1] in (["nvidia-smi"], ["vllm-version"]) else rest
     return None
 
 

@@ -79,6 +79,8 @@ def test_server_command_lines_are_recognised(args: str) -> None:
         "sshd: root@notty",
         "python3 -m pip install vllm",
         "python3 /tmp/vllm_bench.py --model x",
+        "python3 /srv/run/kimi_standin.py nvidia-smi --query-gpu=index --format=csv",
+        "python3 /srv/run/kimi_standin.py vllm-version",
         "",
     ],
 )
