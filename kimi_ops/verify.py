@@ -8,7 +8,7 @@ list, one chat completion with max_tokens=1). Ready means the completion answere
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .defaults import CURRENT_LOG, PIDFILE
@@ -143,6 +143,12 @@ class Verdict:
         return self.state == "ready"
 
 
+SILENT_DEATH_HINT = (
+    "the server process is gone and its log shows no error: it was killed by a signal or by "
+    "the kernel's OOM killer (check `dmesg` or `journalctl -k` on the host); the last log "
+    "lines show how far it got"
+)
+
 STATES = ("waiting", "ready", "never_started", "crashed", "timed_out", "stalled")
 
 
@@ -209,6 +215,7 @@ class VerifyState:
                 return Verdict("crashed", f"failed (process still alive): {diag.summary}", diag)
             return Verdict("waiting", f"fatal error in the log: {diag.summary}", diag)
         if not facts.alive:
+            diag = replace(diag, hint=SILENT_DEATH_HINT) if not diag.failed else diag
             if facts.pid is None and not self.seen_alive:
                 what = "never started: the launch script wrote no pidfile"
                 return Verdict("never_started", what, diag)
@@ -244,9 +251,16 @@ def _progress_line(diag: Diagnosis) -> str:
     return f"{stage} {diag.progress}" if diag.progress else stage
 
 
-def probe_command(python: str, probe_path: str, port: int, model: str, env_file: str) -> str:
+def probe_address(bind_host: str) -> str:
+    """Where the probe on the host reaches a server bound to ``bind_host``: loopback for a
+    wildcard bind, otherwise that very address."""
+    return "127.0.0.1" if bind_host in ("", "0.0.0.0", "::", "[::]") else bind_host.strip("[]")
+
+
+def probe_command(
+    python: str, probe_path: str, port: int, model: str, env_file: str, bind_host: str = ""
+) -> str:
     """Run the HTTP probe on the host (so no firewall between us and the server matters)."""
-    return " ".join(
-        q(x)
-        for x in (python, probe_path, "--port", str(port), "--model", model, "--env-file", env_file)
-    )
+    argv = [python, probe_path, "--port", str(port), "--model", model, "--env-file", env_file]
+    argv += ["--address", probe_address(bind_host)]
+    return " ".join(q(x) for x in argv)

@@ -17,11 +17,15 @@ from invoke import Context, Task, task
 from invoke.exceptions import Exit
 
 from kimi_ops.diagnose import LogDiagnoser
+from kimi_ops.errors import KimiOpsError
 from kimi_ops.result import skipped
 
 from . import steps
+from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
+from .host import is_connection
 from .lock import HostLock
-from .session import Session, session
+from .report import Reporter
+from .session import Session, load, session
 
 #: Profile keys every deployment task accepts as flags: name -> help.
 COMMON_FLAGS: dict[str, str] = {
@@ -52,6 +56,7 @@ def kimi_task(
     flags: dict[str, tuple[Any, str]] | None = None,
     dry: bool = False,
     lock: bool = False,
+    fleet: bool = False,
 ) -> Callable[[Callable[..., None]], Task]:
     """Make a Fabric task from ``fn(session, **own_flags)``.
 
@@ -62,20 +67,40 @@ def kimi_task(
     ``--json`` flag, when the task has one, silences the step-by-step output.
     """
     own = dict(flags or {})
+    task_json = "json" in own  # the task prints JSON itself (preflight)
     if dry:
         own["dry"] = (False, "print the commands and diffs; change nothing")
+    if fleet:
+        own.setdefault("json", (False, "with several hosts: print the recap as JSON"))
+        own["fail_fast"] = (False, "with several hosts: stop the others at the first failure")
 
     def decorate(fn: Callable[..., None]) -> Task:
-        def body(c: Context, **kw: Any) -> None:
-            mine = {k: kw.pop(k) for k in list(kw) if k in own}
+        def run(c: Context, ov: dict[str, Any], mine: dict[str, Any], **extra: Any) -> None:
             is_dry = bool(mine.pop("dry", False))
             quiet = bool(mine.get("json", False))
-            with session(c, overrides(kw), step=step, dry=is_dry, quiet=quiet) as s:
+            with session(c, ov, step=step, dry=is_dry, quiet=quiet, **extra) as s:
                 if lock:
                     with HostLock(s.host, s.profile.run_dir, step):
                         fn(s, **mine)
                 else:
                     fn(s, **mine)
+
+        def body(c: Context, **kw: Any) -> None:
+            fleet_hosts = kw.pop("fleet_hosts", None)
+            mine = {k: kw.pop(k) for k in list(kw) if k in own}
+            ov = overrides(kw)
+            fail_fast = bool(mine.pop("fail_fast", False))
+            as_json = bool(mine.get("json", False))
+            if fleet and not task_json:
+                mine.pop("json", None)
+            if fleet:
+                specs = fleet_hosts or ([] if is_connection(c) else fleet_specs(c, ov, step))
+                if specs:
+                    rolling = int(mine.pop("rolling", 0) or 0) if step == "deploy" else 0
+                    run_on_fleet(c, step, specs, run, ov, mine, as_json, fail_fast, rolling)
+                    return
+            mine.pop("rolling", None)
+            run(c, ov, mine)
 
         params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         for name, (default, _) in own.items():
@@ -90,6 +115,53 @@ def kimi_task(
         return task(help=helps)(body)
 
     return decorate
+
+
+def fleet_specs(c: Context, ov: dict[str, Any], step: str) -> list[str]:
+    """``kimi.hosts`` (when the task runs without -H)."""
+    return list(load(c, ov).hosts)
+
+
+def run_on_fleet(
+    c: Context,
+    step: str,
+    specs: list[Any],
+    run: Callable[..., None],
+    ov: dict[str, Any],
+    mine: dict[str, Any],
+    as_json: bool,
+    fail_fast: bool,
+    rolling: int,
+) -> None:
+    """Run the task on every host concurrently, then print the recap (exit 1 if any failed)."""
+    try:
+        parallel = load(c, ov).parallel  # validated once, before any host is contacted
+    except KimiOpsError as exc:
+        raise Exit(f"error: {step}: {exc.message}", code=1) from None
+
+    def one(spec: Any, cancel: Any) -> HostOutcome:
+        conn = connection_for(c, spec)
+        reporter = Reporter(host_name(spec), quiet=as_json)
+        outcome = HostOutcome(host_name(spec))
+        try:
+            run(conn, ov, dict(mine), reporter=reporter, cancel=cancel)
+            outcome.result = "ready" if step in ("deploy", "verify") else "ok"
+        except Exit:
+            outcome.result = "failed"
+        finally:
+            conn.close()
+        bad = [r for r in reporter.results if r.failed]
+        last = bad[-1] if bad else (reporter.results[-1] if reporter.results else None)
+        if last is not None:
+            outcome.step = last.step if outcome.result == "failed" else ""
+            outcome.message = last.message
+            outcome.label = (last.data.get("diagnosis") or {}).get("label", "")
+            pid = last.data.get("pid")
+            outcome.pid = int(pid) if str(pid or "").isdigit() else None
+        return outcome
+
+    outcomes = run_fleet(specs, one, parallel=parallel, fail_fast=fail_fast, rolling=rolling)
+    finish(step, outcomes, as_json)
 
 
 @kimi_task("kill-stale", dry=True)
@@ -129,13 +201,15 @@ def launch(s: Session) -> None:
     s.report(steps.launch(s.host, s.profile))
 
 
-@kimi_task("verify")
+@kimi_task("verify", fleet=True)
 def verify(s: Session) -> None:
     """Wait until the server answers a chat completion, or say why it failed."""
     s.report(steps.verify(s.host, s.profile, s.reporter))
 
 
-@kimi_task("preflight", flags={"json": (False, "print the checks and the plan as JSON")})
+@kimi_task(
+    "preflight", flags={"json": (False, "print the checks and the plan as JSON")}, fleet=True
+)
 def preflight(s: Session, json: bool = False) -> None:
     """Check GPUs, vLLM, model files, port, disk, /dev/shm; print the plan. Changes nothing."""
     outcome = steps.preflight(s.host, s.profile)
@@ -149,9 +223,13 @@ def preflight(s: Session, json: bool = False) -> None:
 
 @kimi_task(
     "deploy",
-    flags={"restart": (False, "launch anew even if the same profile is already running")},
+    flags={
+        "restart": (False, "launch anew even if the same profile is already running"),
+        "rolling": (0, "with several hosts: replace N hosts at a time; stop at a failure"),
+    },
     dry=True,
     lock=True,
+    fleet=True,
 )
 def deploy(s: Session, restart: bool = False) -> None:
     """Preflight, kill-stale, clean-shm, patch, upload, launch, verify; stops at a failure."""
@@ -189,7 +267,7 @@ def run_deploy(s: Session, *, restart: bool = False) -> None:
     s.reporter.recap()
 
 
-@kimi_task("status")
+@kimi_task("status", fleet=True)
 def status(s: Session) -> None:
     """Show the server's process, PID, uptime, stage, health and GPU memory."""
     s.report(steps.status(s.host, s.profile))
@@ -214,7 +292,7 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
-@kimi_task("stop", dry=True, lock=True)
+@kimi_task("stop", dry=True, lock=True, fleet=True)
 def stop(s: Session) -> None:
     """Stop this deployment's server (SIGTERM, then SIGKILL after the grace period)."""
     s.report(steps.kill_stale(s.host, s.profile, step="stop"))

@@ -83,12 +83,13 @@ class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
-def _is_connection(c: Any) -> bool:
+def is_connection(c: Any) -> bool:
+    """A fabric.Connection (remote host), as opposed to a local invoke.Context."""
     return hasattr(c, "client") and hasattr(c, "sftp")
 
 
 def host_label(c: Any) -> str:
-    if not _is_connection(c):
+    if not is_connection(c):
         return "local"
     port = getattr(c, "port", 22)
     return f"{c.user}@{c.host}" + (f":{port}" if port != 22 else "")
@@ -100,7 +101,7 @@ class Host:
     def __init__(self, c: Context, profile: Profile, *, dry: bool = False) -> None:
         self.c = c
         self.profile = profile
-        self.remote = _is_connection(c)
+        self.remote = is_connection(c)
         self.name = host_label(c)
         self.dry = dry or bool(getattr(getattr(c.config, "run", None), "dry", False))
         self.commands: list[str] = []  # every command run, in order (for reports and tests)
@@ -408,9 +409,12 @@ class Host:
                 for ln in check.stdout.splitlines()
                 if ln.startswith("@@kimi-ops-not-rolled-back:")
             ]
+            said = check.stderr.strip().splitlines()
             raise StepFailed(
                 step,
-                f"upload of {names} did not verify (checksum mismatch or rename failed); "
+                f"upload of {names} did not verify (checksum mismatch or rename failed"
+                + (f": {said[-1].strip()[:300]}" if said else "")
+                + "); "
                 + (
                     f"ROLL-BACK FAILED: {', '.join(stuck)} may hold the new content"
                     if stuck

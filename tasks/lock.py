@@ -36,10 +36,18 @@ def lock_command(run_dir: str, holder: str) -> str:
         f'printf "%s remote_pid=%s\\n" {quote(holder)} "$$" > {info}; '
         f'echo "{LOCKED}"; exec cat > /dev/null'
     )
+    # The holder names itself just AFTER flock grants the lock: a run refused in between would
+    # read a dead holder's leftover file (or none). Wait up to 1 s for a live remote_pid.
+    wait_for_holder = (
+        f"i=0; while [ $i -lt 20 ]; do h=$(cat {info} 2>/dev/null); p=${{h##*remote_pid=}}; "
+        '[ -n "$h" ] && [ "$p" != "$h" ] && kill -0 "$p" 2>/dev/null && break; '
+        "sleep 0.05; i=$((i+1)); done"
+    )
     return (
         f"mkdir -p -m 700 {quote(r)} && "
         f"{{ flock -n -E 75 {lock} sh -c {quote(inner)}; rc=$?; "
-        f'if [ $rc -eq 75 ]; then echo "{BUSY}"; cat {info} 2>/dev/null; fi; exit $rc; }}'
+        f'if [ $rc -eq 75 ]; then echo "{BUSY}"; {wait_for_holder}; cat {info} 2>/dev/null; fi; '
+        "exit $rc; }"
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,9 +16,9 @@ from invoke.exceptions import Exit
 
 from kimi_ops.errors import KimiOpsError, StepFailed
 from kimi_ops.profile import Profile, load_profile, secret_env_values
-from kimi_ops.result import StepResult, failed
+from kimi_ops.result import StepResult, failed, skipped
 
-from .host import Host
+from .host import Host, is_connection
 from .report import Reporter
 
 
@@ -56,6 +57,7 @@ class Session:
     profile: Profile
     reporter: Reporter
     _secrets: dict[str, str] | None = None
+    cancel: threading.Event | None = None  # set when another host of a fleet run failed
 
     @property
     def secrets(self) -> dict[str, str]:
@@ -65,9 +67,13 @@ class Session:
         return self._secrets
 
     def report(self, result: StepResult) -> StepResult:
-        """Print a result; a failed one ends the task with exit status 1."""
+        """Print a result; a failed one ends the task with exit status 1, and so does a fleet
+        run that was cancelled (``--fail-fast``) before the next step."""
         self.reporter.result(result)
         if result.failed:
+            raise Exit(code=1)
+        if self.cancel is not None and self.cancel.is_set():
+            self.reporter.result(skipped(result.step, "stopped: another host failed (--fail-fast)"))
             raise Exit(code=1)
         return result
 
@@ -85,17 +91,21 @@ def session(
     step: str,
     dry: bool = False,
     quiet: bool = False,
+    reporter: Reporter | None = None,
+    cancel: threading.Event | None = None,
 ) -> Iterator[Session]:
     """Load and validate the profile, wrap the host, resolve run_dir; turn every KimiOpsError
     into a failed result and a non-zero exit without a traceback (unless debugging)."""
-    reporter = Reporter(None, quiet=quiet)
+    reporter = reporter or Reporter(None, quiet=quiet)
     try:
         profile = load(c, overrides)
+        if is_connection(c):
+            profile = profile.for_host(c.host)  # kimi.host_overrides[host]
         secrets = secret_env_values(profile, os.environ) if step in SECRET_STEPS else None
         host = Host(c, profile, dry=dry)
         reporter.host = host.name if host.remote else None
         profile = profile.with_run_dir(host.resolve(profile.run_dir))
-        yield Session(host, profile, reporter, secrets)
+        yield Session(host, profile, reporter, secrets, cancel)
     except Exit:
         raise
     except StepFailed as exc:

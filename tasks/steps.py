@@ -328,11 +328,18 @@ def sync_files(
         prepare += f" && {{ if [ -e {path} ]; then rm -f -- {path} && echo @@removed:{name}; fi; }}"
     read = f"sha256sum {names} 2>/dev/null; echo @@script; cat {script} 2>/dev/null; true"
     out = h.run(
-        read if h.dry else f"{prepare} && {{ {read}; }}",
-        step=step,
-        hint=f"cannot create run_dir {r}: is it writable by the SSH user?",
-        mutating=False,
+        read if h.dry else f"{prepare} && {{ {read}; }}", step=step, check=False, mutating=False
     )
+    if not out.ok:
+        why = (out.stderr.strip().splitlines() or [f"exit status {out.exited}"])[-1]
+        raise StepFailed(
+            step,
+            f"cannot create run_dir {r}: {why}",
+            command=out.command,
+            exited=out.exited,
+            stderr=out.stderr,
+            hint="set kimi.run_dir to a directory the SSH user can create and write",
+        )
     sums, _, old_script = out.stdout.partition("@@script\n")
     current = {}
     changed_names = [
@@ -418,7 +425,7 @@ def running_unchanged(
 def _probe_command(p: Profile) -> str:
     r = _run_dir(p)
     return vfy.probe_command(
-        p.python, f"{r}/{PROBE_SCRIPT}", p.port, p.served_model_name, f"{r}/{ENV_FILE}"
+        p.python, f"{r}/{PROBE_SCRIPT}", p.port, p.served_model_name, f"{r}/{ENV_FILE}", p.host
     )
 
 

@@ -97,7 +97,8 @@ def test_a_failing_command_names_the_step_command_and_stderr() -> None:
     err = info.value
     assert err.step == "upload-script" and err.exited == 1
     assert "mkdir -p -m 700 /srv/kimi" in err.command
-    assert "Permission denied" in err.stderr and "writable" in err.hint
+    assert "Permission denied" in err.stderr and "cannot create run_dir /srv/kimi" in str(err)
+    assert "kimi.run_dir" in err.hint
 
 
 def test_upload_script_is_atomic_checked_and_idempotent() -> None:
