@@ -90,3 +90,19 @@ def test_public_api_is_reexported() -> None:
         assert hasattr(kimi_ops, name), name
     assert {"load_profile", "render_launch_script", "select_server_processes", "plan_patch",
             "diagnose", "plan_shm_cleanup"} <= set(kimi_ops.__all__)  # fmt: skip
+
+
+def test_fab_demo_runs_the_whole_story_in_under_a_minute() -> None:
+    """`fab demo`: FP8 failure and its diagnosis, the patch diff, a ready server's answer."""
+    import time
+
+    started = time.monotonic()
+    out = fab("demo")
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert took < 60
+    text = out.stdout
+    assert "kv_cache_dtype_unsupported" in text and "patch-kv-config" in text
+    assert '-    "kv_cache_scheme": {' in text  # the diff
+    assert "Hello from the kimi-ops stand-in" in text  # the answer through the port
+    assert "demo ok" in text and "removed /tmp/kimi-ops-demo-" in text

@@ -159,6 +159,12 @@ def test_d_port_taken_by_another_listener(dep: Deployment) -> None:
             run = dep.fab("verify")
         assert run.returncode != 0 and "port_in_use" in run.output, run.describe()
         assert str(dep.port) in run.output and "kill-stale" in run.output
+        # `fab diagnose` reads the host's current log and agrees.
+        diag = dep.fab("diagnose", "--json")
+        assert diag.ok and '"label": "port_in_use"' in diag.stdout, diag.describe()
+        logs = dep.fab("logs", "--lines", "5")
+        assert logs.ok and len(logs.stdout.strip().splitlines()) == 5, logs.describe()
+        assert "Errno 98" in dep.fab("logs", "--lines", "400").stdout
 
 
 def test_e_missing_python_never_starts_within_3_s(dep: Deployment) -> None:
