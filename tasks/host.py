@@ -271,27 +271,6 @@ class Host:
             return self.home().rstrip("/") + path[1:]
         return path
 
-    def read_file(self, path: str, *, step: str) -> str | None:
-        """A text file's content, or None when it does not exist."""
-        qp = quote(path)
-        out = self.run(
-            f"if [ -f {qp} ]; then cat {qp}; else echo __kimi_ops_missing__ >&2; exit 3; fi",
-            step=step,
-            check=False,
-            mutating=False,
-        )
-        if out.exited == 3 and "__kimi_ops_missing__" in out.stderr:
-            return None
-        if not out.ok:
-            raise StepFailed(
-                step,
-                f"cannot read {path}",
-                command=out.command,
-                exited=out.exited,
-                stderr=out.stderr,
-            )
-        return out.stdout
-
     def read_files(
         self, paths: Sequence[str], *, step: str, require_dir: str | None = None
     ) -> dict[str, FileInfo]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from .deployment import Deployment, make_deployment
 from .harness import (
     SSHD_BIN,
     SshdHost,
@@ -76,3 +77,13 @@ def make_sshd(ssh_client_key: Path) -> Iterator[Callable[..., SshdHost]]:
     finally:
         for server in reversed(servers):
             server.stop()
+
+
+@pytest.fixture
+def dep(sshd: SshdHost, tmp_path: Path) -> Iterator[Deployment]:
+    """A stand-in deployment on the session's sshd; its servers are ended (by PID) afterwards."""
+    d = make_deployment(sshd, tmp_path)
+    try:
+        yield d
+    finally:
+        d.cleanup()

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from tasks import steps
 from tasks.host import Host
 from tasks.testing import Reply, ScriptedConnection
 
-from .deployment import Deployment, make_deployment
+from .deployment import Deployment
 from .harness import (
     REPO_ROOT,
     FabRun,
@@ -40,15 +39,6 @@ from .harness import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def dep(sshd: SshdHost, tmp_path: Path) -> Iterator[Deployment]:
-    d = make_deployment(sshd, tmp_path)
-    try:
-        yield d
-    finally:
-        d.cleanup()
 
 
 def cause_of(run: FabRun) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,6 @@ from .deployment import Deployment, make_deployment
 from .harness import SshdHost
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def dep(sshd: SshdHost, tmp_path: Path) -> Iterator[Deployment]:
-    d = make_deployment(sshd, tmp_path)
-    try:
-        yield d
-    finally:
-        d.cleanup()
 
 
 def _preflight(dep: Deployment, **standin: object) -> dict:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,6 @@ from .deployment import Deployment, make_deployment
 from .harness import SshdHost, pid_alive, pids_with_marker, ssh_run
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def dep(sshd: SshdHost, tmp_path: Path) -> Iterator[Deployment]:
-    d = make_deployment(sshd, tmp_path)
-    try:
-        yield d
-    finally:
-        d.cleanup()
 
 
 def test_a_seed_fp8_failure_then_patch_then_ready_then_restore(dep: Deployment) -> None:

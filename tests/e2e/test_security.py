@@ -36,15 +36,6 @@ from .harness import (
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def dep(sshd: SshdHost, tmp_path: Path) -> Iterator[Deployment]:
-    d = make_deployment(sshd, tmp_path)
-    try:
-        yield d
-    finally:
-        d.cleanup()
-
-
 def _cause_line(output: str) -> str:
     """The one line that says why a run failed ("error: ..." or "failed: [host] ...")."""
     lines = [ln for ln in output.splitlines() if ln.startswith(("error: ", "failed: "))]
