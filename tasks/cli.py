@@ -18,13 +18,13 @@ from invoke.exceptions import Exit
 
 from kimi_ops.diagnose import LogDiagnoser
 from kimi_ops.errors import KimiOpsError
-from kimi_ops.result import skipped
+from kimi_ops.result import format_result, skipped
 
 from . import steps
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
 from .host import is_connection
 from .lock import HostLock
-from .report import Reporter
+from .report import FleetBoard, Reporter
 from .session import Session, load, session
 
 #: Profile keys every deployment task accepts as flags: name -> help.
@@ -139,9 +139,15 @@ def run_on_fleet(
     except KimiOpsError as exc:
         raise Exit(f"error: {step}: {exc.message}", code=1) from None
 
+    board = (
+        FleetBoard([host_name(s) for s in specs]) if sys.stdout.isatty() and not as_json else None
+    )
+    reporters: list[Reporter] = []
+
     def one(spec: Any, cancel: Any) -> HostOutcome:
         conn = connection_for(c, spec)
-        reporter = Reporter(host_name(spec), quiet=as_json)
+        reporter = Reporter(host_name(spec), quiet=as_json, board=board)
+        reporters.append(reporter)
         outcome = HostOutcome(host_name(spec))
         try:
             run(conn, ov, dict(mine), reporter=reporter, cancel=cancel)
@@ -161,6 +167,11 @@ def run_on_fleet(
         return outcome
 
     outcomes = run_fleet(specs, one, parallel=parallel, fail_fast=fail_fast, rolling=rolling)
+    if board is not None:  # the board showed one line per host: now the failures in full
+        for rep in reporters:
+            for res in rep.results:
+                if res.failed:
+                    print(format_result(res, host=rep.host), flush=True)
     finish(step, outcomes, as_json)
 
 

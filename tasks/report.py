@@ -3,21 +3,60 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import threading
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from kimi_ops.result import StepResult, format_result
 
 
+class FleetBoard:
+    """On a terminal, one live status line per host, redrawn in place (thread-safe)."""
+
+    def __init__(self, hosts: Sequence[str], stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.hosts = list(hosts)
+        self.lines = {h: "waiting" for h in self.hosts}
+        self._lock = threading.Lock()
+        self._drawn = 0
+
+    def update(self, host: str, text: str) -> None:
+        with self._lock:
+            self.lines[host] = text.splitlines()[0] if text else ""
+            self._draw()
+
+    def _draw(self) -> None:
+        width = shutil.get_terminal_size((120, 24)).columns - 1
+        name_width = max(len(h) for h in self.hosts)
+        out = [f"\x1b[{self._drawn}F"] if self._drawn else []
+        for h in self.hosts:
+            out.append("\x1b[2K" + f"{h:<{name_width}}  {self.lines[h]}"[:width] + "\n")
+        self.stream.write("".join(out))
+        self.stream.flush()
+        self._drawn = len(self.hosts)
+
+
 class Reporter:
-    """Prints each step's result as it finishes; on a terminal, progress is one live line."""
+    """Prints each step's result as it finishes; on a terminal, progress is one live line.
+
+    With a :class:`FleetBoard`, results and progress update this host's line on the board
+    instead (the full text of a failure is printed after the board, by the fleet runner).
+    """
 
     def __init__(
-        self, host: str | None = None, *, stream: TextIO | None = None, quiet: bool = False
+        self,
+        host: str | None = None,
+        *,
+        stream: TextIO | None = None,
+        quiet: bool = False,
+        board: FleetBoard | None = None,
     ) -> None:
         self.host = host
         self.stream = stream or sys.stdout
         self.quiet = quiet
+        self.board = board
         self.results: list[StepResult] = []
         self._live = False
         self._last_progress = ""
@@ -33,13 +72,17 @@ class Reporter:
 
     def result(self, res: StepResult) -> StepResult:
         self.results.append(res)
-        if not self.quiet:
+        if self.board is not None and self.host:
+            self.board.update(self.host, f"{res.status.value}: {res.step}: {res.message}")
+        elif not self.quiet:
             self._end_live()
             print(format_result(res, host=self.host), file=self.stream, flush=True)
         return res
 
     def info(self, text: str) -> None:
-        if not self.quiet:
+        if self.board is not None and self.host:
+            self.board.update(self.host, text)
+        elif not self.quiet:
             self._end_live()
             where = f"[{self.host}] " if self.host else ""
             print(f"{where}{text}", file=self.stream, flush=True)
@@ -47,6 +90,10 @@ class Reporter:
     def progress(self, step: str, text: str) -> None:
         """A progress line: rewritten in place on a terminal, printed when it changes otherwise."""
         if self.quiet or text == self._last_progress:
+            return
+        if self.board is not None and self.host:
+            self._last_progress = text
+            self.board.update(self.host, f"{step}: {text}")
             return
         self._last_progress = text
         where = f"[{self.host}] " if self.host else ""
@@ -65,7 +112,7 @@ class Reporter:
         return counts
 
     def recap(self) -> None:
-        if self.quiet:
+        if self.quiet or self.board is not None:  # a fleet prints one recap for all hosts
             return
         self._end_live()
         counts = self.summary()
