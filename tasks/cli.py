@@ -96,6 +96,7 @@ def kimi_task(
             if fleet:
                 specs = fleet_hosts or ([] if is_connection(c) else fleet_specs(c, ov, step))
                 if specs:
+                    mine.pop("json", None)  # per host: step lines; the recap is the JSON
                     rolling = int(mine.pop("rolling", 0) or 0) if step == "deploy" else 0
                     run_on_fleet(c, step, specs, run, ov, mine, as_json, fail_fast, rolling)
                     return
@@ -164,6 +165,7 @@ def run_on_fleet(
             outcome.label = (last.data.get("diagnosis") or {}).get("label", "")
             pid = last.data.get("pid")
             outcome.pid = int(pid) if str(pid or "").isdigit() else None
+            outcome.report = last.data.get("report")  # preflight's checks and plan
         return outcome
 
     outcomes = run_fleet(specs, one, parallel=parallel, fail_fast=fail_fast, rolling=rolling)

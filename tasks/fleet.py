@@ -57,6 +57,7 @@ class HostOutcome:
     seconds: float = 0.0
     pid: int | None = None
     message: str = ""
+    report: dict[str, Any] | None = None  # preflight's {"checks", "plan"} for this host
 
 
 def connection_for(c: Context, spec: dict[str, Any] | str) -> Connection:

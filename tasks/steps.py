@@ -474,16 +474,18 @@ def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutco
     lines += [f"plan: {note}" for note in plan.notes]
     bad = [c for c in checks if c.status == "fail"]
     warn = [c for c in checks if c.status == "warn"]
+    data = {"report": preflight_report(checks, plan)}
     if bad:
         res = failed(
             step,
             f"{len(bad)} check(s) failed: " + "; ".join(f"{c.name}: {c.detail}" for c in bad),
             lines=tuple(lines),
             hint="fix these before deploying; nothing was killed or changed",
+            data=data,
         )
     else:
         extra = f", {len(warn)} warning(s)" if warn else ""
-        res = ok(step, f"{len(checks)} checks passed{extra}", lines=tuple(lines))
+        res = ok(step, f"{len(checks)} checks passed{extra}", lines=tuple(lines), data=data)
     return PreflightOutcome(res, checks, plan, host_facts, own)
 
 

@@ -103,3 +103,11 @@ def test_recap_table_and_fail_fast(fleet: dict) -> None:
     assert table[1].split() == ["host", "result", "step", "label", "time", "pid"]
     assert "failed" in table[2] and "preflight" in table[2]
     assert all("skipped" in line for line in table[3:6]), table
+    # --json on a fleet: one recap document, with each host's checks and plan.
+    config["kimi"]["parallel"] = 4
+    run = run_fab(hosts, "preflight", "--json", config=config, timeout=240)
+    rows = _recap(run)
+    ok = rows[hosts[1].host]
+    assert ok["result"] == "ok" and ok["report"]["plan"]["patch_kv_config"] is True, ok
+    assert rows[hosts[0].host]["result"] == "failed"
+    assert any(c["status"] == "fail" for c in rows[hosts[0].host]["report"]["checks"])
