@@ -839,6 +839,7 @@ RULES: tuple[Rule, ...] = (
         "model architecture not supported[[: {arch}]]",
     ),
 )
+_RULE_LABEL: dict[str, str] = {r.name: r.label for r in RULES}
 
 _RULE_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 
@@ -1409,6 +1410,12 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_progress_pos = pos
         st.first_exc_since_progress = None
     elif kind == _EV_HEALTHY:
+        frequent = len(ev) > 3 and ev[3]
+        if frequent and any(_RULE_LABEL.get(name, "unknown") != "unknown" for name in st.hits):
+            # An access-log "200" or a throughput line after a specific failure (the engine
+            # died, but the API server still answers /v1/models until it shuts down) is not
+            # a recovery: the failure stands.
+            return
         if pos > st.healthy_pos:
             st.healthy_pos = pos
             st.healthy_text = ev[2]
@@ -1490,7 +1497,7 @@ def _process(st: _State, block: str) -> None:
             ls = scan.rfind("\n", 0, p) + 1
             text = clean_line(scan[ls : scan.find("\n", p)])
             events.append((base + ls, _EV_STAGE, _STAGE_INDEX["ready"], None, text, False))
-            events.append((base + ls, _EV_HEALTHY, text))
+            events.append((base + ls, _EV_HEALTHY, text, True))
     for ls in _candidate_lines(scan):
         text = clean_line(scan[ls : scan.find("\n", ls)])
         if text and not text.startswith(_IGNORED_PREFIXES):

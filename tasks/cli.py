@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -336,6 +337,13 @@ def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> Non
 
 
 def print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
+    try:
+        _print_diagnosis(diagnoser, as_json, source)
+    except BrokenPipeError:  # `fab diagnose --log X | head`: the reader left; that is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
     d = diagnoser.diagnosis()
     if as_json:
         print(_dumps({"source": source, **d.to_dict()}))
