@@ -156,7 +156,7 @@ def clean_shm(
             return failed(step, msg, hint=hint, lines=tuple(alive.describe()))
         return skipped(step, msg, lines=tuple(alive.describe()))
     if not plan.files:
-        return ok(step, "no stale shared memory in /dev/shm")
+        return ok(step, f"no stale shared memory in {p.shm_dir}")
     size = shm.human_bytes(plan.total_bytes)
     if h.dry:
         return skipped(
