@@ -111,3 +111,15 @@ def test_recap_table_and_fail_fast(fleet: dict) -> None:
     assert ok["result"] == "ok" and ok["report"]["plan"]["patch_kv_config"] is True, ok
     assert rows[hosts[0].host]["result"] == "failed"
     assert any(c["status"] == "fail" for c in rows[hosts[0].host]["report"]["checks"])
+
+
+def test_hosts_listed_in_the_profile(fleet: dict) -> None:
+    """No -H: kimi.hosts names the fleet (the key comes from Fabric's connect_kwargs)."""
+    hosts, config = fleet["hosts"], fleet["config"]
+    config["kimi"]["hosts"] = [h.target for h in hosts]
+    config["connect_kwargs"] = {"key_filename": [str(hosts[0].key_path)]}
+    run = run_fab(None, "status", "--json", config=config, timeout=120)
+    assert run.returncode == 0, run.describe()
+    rows = _recap(run)
+    assert set(rows) == {h.host for h in hosts}
+    assert all(r["result"] == "ok" and "no server running" in r["message"] for r in rows.values())
