@@ -315,10 +315,6 @@ class Host:
                 result[path] = FileInfo(path, body, int(mode, 8) if mode.isdigit() else None)
         return result
 
-    def put_bytes(self, data: bytes, path: str, *, mode: int, step: str) -> None:
-        """Upload one file atomically (see :meth:`put_files`)."""
-        self.put_files([(data, path, mode)], step=step)
-
     def put_files(self, items: Sequence[tuple[bytes, str, int]], *, step: str) -> None:
         """Upload files atomically: each to a temporary name in its directory (mode set before
         the bytes are written), then ONE command checks every checksum and renames them into
