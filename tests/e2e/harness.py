@@ -688,3 +688,10 @@ def kill_pid_tree_started_by_test(pid: int, timeout: float = 5.0) -> bool:
         if _wait_gone(targets, timeout if sig == signal.SIGTERM else 2.0):
             return True
     return not any(pid_alive(p) for p in targets)
+
+
+def cause_line(output: str) -> str:
+    """The one line that says why a fab run failed ("error: ..." or "failed: [host] ...")."""
+    lines = [ln for ln in output.splitlines() if ln.startswith(("error: ", "failed: "))]
+    assert len(lines) == 1, output
+    return lines[0]

@@ -28,6 +28,7 @@ from .harness import (
     REPO_ROOT,
     FabRun,
     SshdHost,
+    cause_line,
     descendants,
     fab_executable,
     fab_host_args,
@@ -45,9 +46,7 @@ def cause_of(run: FabRun) -> str:
     """Assert a clean failure and return its one cause line ("error: ..." / "failed: ...")."""
     assert run.returncode != 0 and not run.timed_out, run.describe()
     assert "Traceback" not in run.output, run.describe()
-    lines = [ln for ln in run.output.splitlines() if ln.startswith(("error: ", "failed: "))]
-    assert len(lines) == 1, run.describe()
-    return lines[0]
+    return cause_line(run.output)
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:

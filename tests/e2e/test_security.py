@@ -26,6 +26,7 @@ from .harness import (
     REPO_ROOT,
     FabRun,
     SshdHost,
+    cause_line,
     fab_executable,
     fab_host_args,
     generate_key,
@@ -34,13 +35,6 @@ from .harness import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
-def _cause_line(output: str) -> str:
-    """The one line that says why a run failed ("error: ..." or "failed: [host] ...")."""
-    lines = [ln for ln in output.splitlines() if ln.startswith(("error: ", "failed: "))]
-    assert len(lines) == 1, output
-    return lines[0]
 
 
 # --- host keys --------------------------------------------------------------------------------
@@ -52,7 +46,7 @@ def test_an_unknown_host_key_is_rejected_by_default(dep: Deployment, tmp_path: P
     run = dep.fab("kill-stale", known_hosts=str(empty))
     assert run.returncode == 1, run.describe()
     assert "Traceback" not in run.output, run.describe()
-    cause = _cause_line(run.output)
+    cause = cause_line(run.output)
     assert f"unknown host key for [127.0.0.1]:{dep.sshd.port}" in cause, run.describe()
     assert "ssh-keyscan" in run.output and "host_key_policy: accept-new" in run.output
     assert empty.read_text() == ""  # nothing was recorded
@@ -62,7 +56,7 @@ def test_a_missing_known_hosts_file_is_an_unknown_host_key(dep: Deployment, tmp_
     missing = tmp_path / "no-such-dir" / "known_hosts"
     run = dep.fab("status", known_hosts=str(missing))
     assert run.returncode == 1 and "Traceback" not in run.output, run.describe()
-    assert "unknown host key" in _cause_line(run.output)
+    assert "unknown host key" in cause_line(run.output)
     assert not missing.exists()
 
 
@@ -85,7 +79,7 @@ def test_a_changed_host_key_is_rejected_even_with_accept_new(
     run = dep.fab("kill-stale", known_hosts=str(known), host_key_policy="accept-new")
     assert run.returncode == 1, run.describe()
     assert "Traceback" not in run.output, run.describe()
-    cause = _cause_line(run.output)
+    cause = cause_line(run.output)
     assert "host key has CHANGED" in cause and "refusing to connect" in cause, cause
     assert "ssh-keygen -R" in run.output
     assert known.read_text() == before  # the recorded key is not replaced
@@ -220,7 +214,7 @@ def test_two_concurrent_deploys_one_wins_the_other_fails_at_once(served: Served)
     assert (winner.returncode, loser.returncode) == (0, 1), served.deploys
     assert "verify: ready" in winner.output, winner.output
     assert "Traceback" not in loser.output, loser.output
-    cause = _cause_line(loser.output)
+    cause = cause_line(loser.output)
     assert "holds the deployment lock" in cause, loser.output
     assert f"pid={winner.pid} " in cause, (winner.pid, cause)  # the holder: the winning fab
     assert "step=deploy" in cause and re.search(r"started=\d{4}-\d\d-\d\dT[\d:]+Z", cause), cause
