@@ -52,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     "shm_dir": "/dev/shm",
     # "vllm" runs the real server; "standin" runs kimi_ops/standin.py, which emulates it.
     "engine": "vllm",
+    # What the server runs on: "auto" (CUDA when nvidia-smi answers on the host, else the CPU),
+    # "cuda", or "cpu" (vLLM's CPU build).
+    "device": "auto",
     # "auto" lets the plan decide; True/False force the KV-cache config patch.
     "patch_kv_config": "auto",
     # Secrets: the API key itself, or the name of a local environment variable holding it.

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
+from . import cpu as cpu_mod
 from .defaults import BACKUP_SUFFIX, PIDFILE, STANDIN_SCRIPT
 from .shell import NL_PRELUDE
 from .shell import quote as shell_quote
@@ -413,6 +414,10 @@ SECTIONS: tuple[str, ...] = (
     "shm_files",
     "logind",
     "pidfile",
+    "nproc",
+    "cpuinfo",
+    "meminfo",
+    "numa",
 )
 
 #: Upper bound on the bytes of any cat'ed JSON file.
@@ -529,6 +534,10 @@ def gather_command(profile: Profile) -> str:
         ),
         ("logind", logind),
         ("pidfile", f"cat {_join(run_dir, shlex.quote(PIDFILE))}"),
+        ("nproc", "nproc"),
+        ("cpuinfo", cpu_mod.cpuinfo_command()),
+        ("meminfo", "cat /proc/meminfo"),
+        ("numa", cpu_mod.numa_command()),
     ]
     assert tuple(name for name, _ in sections) == SECTIONS
     return NL_PRELUDE + "; ".join(_section(name, command) for name, command in sections)
@@ -617,6 +626,7 @@ class HostFacts:
     user: str | None = None
     gpus: list[Gpu] | None = None
     gpu_error: str = ""
+    nvidia_smi_missing: bool = False
     compute_apps: list[GpuProcess] | None = None
     compute_apps_error: str = ""
     python_found: bool | None = None
@@ -644,6 +654,7 @@ class HostFacts:
     remove_ipc: bool | None = None
     logind_read: bool = False
     pidfile_pid: int | None = None
+    cpu: cpu_mod.CpuFacts | None = None
 
     def section(self, name: str) -> Section | None:
         """The raw section, None when it was not in the output."""
@@ -674,6 +685,7 @@ def parse_gathered(text: str) -> HostFacts:
             facts["gpu_error"] = "nvidia-smi printed no GPU rows: " + one_line(sec.text)
     else:
         facts["gpu_error"] = _error(sec, "nvidia-smi --query-gpu")
+        facts["nvidia_smi_missing"] = sec is not None and nvidia_smi_missing(sec)
 
     sec = get("compute_apps")
     if sec is not None and sec.ok:
@@ -758,8 +770,36 @@ def parse_gathered(text: str) -> HostFacts:
         facts["remove_ipc"] = parse_logind_remove_ipc(sec.text)
     if (sec := get("pidfile")) is not None and sec.ok:
         facts["pidfile_pid"] = parse_pidfile(sec.text)
+    facts["cpu"] = _cpu_facts(get)
 
     return HostFacts(**facts)
+
+
+def nvidia_smi_missing(section: Section) -> bool:
+    """Whether the shell could not find nvidia-smi at all (exit 127, ``not found``), as opposed
+    to an nvidia-smi that ran and failed (a driver problem on a GPU host)."""
+    return section.rc == 127 or (
+        section.rc != 0 and "not found" in section.text and "nvidia-smi" in section.text
+    )
+
+
+def _cpu_facts(get: Any) -> cpu_mod.CpuFacts | None:
+    """CpuFacts from the nproc/cpuinfo/meminfo/numa sections; None when none was gathered."""
+    sections = {name: get(name) for name in ("nproc", "cpuinfo", "meminfo", "numa")}
+    if all(sec is None for sec in sections.values()):
+        return None
+
+    def text(name: str) -> str | None:
+        sec = sections[name]
+        return sec.text if sec is not None and sec.ok and sec.text.strip() else None
+
+    cpuinfo, nproc, meminfo, numa = (text(n) for n in ("cpuinfo", "nproc", "meminfo", "numa"))
+    return cpu_mod.CpuFacts(
+        cpuinfo=cpu_mod.parse_cpuinfo(cpuinfo) if cpuinfo else None,
+        nproc=cpu_mod.parse_nproc(nproc) if nproc else None,
+        meminfo=cpu_mod.parse_meminfo(meminfo) if meminfo else None,
+        numa=cpu_mod.parse_numa(numa) if numa else cpu_mod.NumaFacts(),
+    )
 
 
 def facts_from_sections(sections: Iterable[tuple[str, int, str]]) -> HostFacts:
@@ -773,3 +813,11 @@ def render_sections(sections: Iterable[tuple[str, int, str]]) -> str:
     for name, rc, text in sections:
         out.append(f"{MARKER}{name}\n{text}\n{MARKER}{name}:rc={rc}\n")
     return "".join(out)
+
+
+def facts_from_mapping(sections: Mapping[str, str | tuple[int, str]]) -> HostFacts:
+    """Build HostFacts from section name -> output text (exit 0) or (exit status, text)."""
+    return facts_from_sections(
+        (name, *(value if isinstance(value, tuple) else (0, value)))
+        for name, value in sections.items()
+    )
