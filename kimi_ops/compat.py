@@ -475,6 +475,7 @@ class CpuAttentionBackend:
     mla: bool
     kv: Mapping[str, SpecifierSet]
     needs_flags: frozenset[str] = frozenset()
+    head_sizes: frozenset[int] = frozenset()
     source: str = ""
     uncertain: str = ""
 
@@ -493,6 +494,7 @@ CPU_ATTENTION_BACKENDS: tuple[CpuAttentionBackend, ...] = (
         mla=True,
         kv={"auto": _ANY},
         needs_flags=frozenset({"amx_tile"}),
+        head_sizes=frozenset({576}),
         source="vllm 0.32 v1/attention/backends/mla/amx_mla.py: asserts kv_cache_dtype == "
         "'auto' ('AMXMLAImpl only supports an unquantized (bf16) KV cache'), raised by the "
         "first request; real log real-cpu-logs/kv_fp8_flag_dsv3_mla.log",
@@ -501,8 +503,10 @@ CPU_ATTENTION_BACKENDS: tuple[CpuAttentionBackend, ...] = (
         "CPU_MLA",
         mla=True,
         kv={"auto": _ANY},
+        head_sizes=frozenset({576}),
         source="vllm 0.32 v1/attention/backends/mla/cpu_mla.py: supported_kv_cache_dtypes = "
-        "['auto']",
+        "['auto']; head size 576 only (kv_lora_rank 512 + qk_rope_head_dim 64) for both MLA "
+        "backends",
     ),
     CpuAttentionBackend(
         "CPU_ATTN",
@@ -515,11 +519,37 @@ CPU_ATTENTION_BACKENDS: tuple[CpuAttentionBackend, ...] = (
             "fp8_e4m3": SpecifierSet(">=0.32.0"),
             "fp8_e5m2": SpecifierSet(">=0.32.0"),
         },
+        head_sizes=frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}),
         source="vllm 0.32 v1/attention/backends/cpu_attn.py: supported_kv_cache_dtypes = "
-        "auto, fp8, fp8_e4m3, fp8_e5m2; real log real-cpu-logs/kv_fp8_flag_llama.log (served)",
+        "auto, fp8, fp8_e4m3, fp8_e5m2; real log real-cpu-logs/kv_fp8_flag_llama.log (served); "
+        "get_supported_head_sizes; head size 16 loads, then the first request fails "
+        "'Unsupported CPU attention configuration: head_dim=16' "
+        "(real-cpu-logs/crash_first_request_headdim16.log)",
         uncertain="FP8 KV is verified on 0.32.0 only; earlier CPU releases are not claimed",
     ),
 )
+
+
+def attention_head_size(config_json: Mapping[str, object] | None) -> int | None:
+    """The attention head size vLLM's kernels see: kv_lora_rank + qk_rope_head_dim for MLA
+    (the latent cache), else head_dim, else hidden_size / num_attention_heads (text_config's
+    values when the model nests them); None when the config does not say."""
+    if config_json is None:
+        return None
+    text = config_json.get("text_config")
+    cfg = text if isinstance(text, Mapping) and "hidden_size" in text else config_json
+
+    def num(key: str) -> int | None:
+        value = cfg.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    rank, rope = num("kv_lora_rank"), num("qk_rope_head_dim")
+    if rank and rope:
+        return rank + rope
+    if num("head_dim"):
+        return num("head_dim")
+    hidden, heads = num("hidden_size"), num("num_attention_heads")
+    return hidden // heads if hidden and heads else None
 
 
 def cpu_attention_backend(mla: bool, cpu_flags: frozenset[str] | None) -> CpuAttentionBackend:

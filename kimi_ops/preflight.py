@@ -695,6 +695,21 @@ def _check_cpu_model(profile: Profile, facts: HostFacts, cpu: CpuFacts) -> list[
         return checks
     flags = cpu.cpuinfo.flags if cpu.cpuinfo else None
     backend = compat.cpu_attention_backend(mla, flags)
+    head = compat.attention_head_size(config)
+    sizes = ", ".join(str(n) for n in sorted(backend.head_sizes))
+    if head is not None and backend.head_sizes and head not in backend.head_sizes:
+        what = "kv_lora_rank + qk_rope_head_dim" if mla else "head size"
+        checks.append(
+            Check(
+                "attention",
+                "fail",
+                f"{what} is {head} but the CPU attention backend {backend.name} has kernels for "
+                f"{sizes} only (vLLM loads the model, then fails on the first request)",
+            )
+        )
+    else:
+        known = f"head size {head}" if head is not None else "head size not in config.json"
+        checks.append(Check("attention", "pass", f"{backend.name}, {known}"))
     cli_kv = compat.find_option(profile.extra_args, "--kv-cache-dtype")
     if cli_kv is not None and not backend.accepts(cli_kv, facts.vllm_version):
         fix = (
@@ -738,12 +753,9 @@ def _check_cpu_model(profile: Profile, facts: HostFacts, cpu: CpuFacts) -> list[
             )
             return checks
         kv = compat.KvCacheDtype("auto", f"patched from {kv.value} by the plan")
+    what = "a 16-bit" if kv.value == "auto" else f"the {kv.value}"
     checks.append(
-        Check(
-            "kv_cache",
-            "pass",
-            f"{backend.name} serves a {kv.value} KV cache on CPU ({kv.source})",
-        )
+        Check("kv_cache", "pass", f"{backend.name} serves {what} KV cache on CPU ({kv.source})")
     )
     return checks
 

@@ -337,3 +337,24 @@ def test_mla_fp8_checkpoint_with_patching_forced_off_is_refused() -> None:
     assert ok.status == "pass" and "patched from fp8_e4m3 by the plan" in ok.detail
     off = checks_by_name(run_checks(cpu_profile(patch_kv_config=False), facts))["kv_cache"]
     assert off.status == "fail" and "patch_kv_config: auto" in off.detail
+
+
+def test_head_size_without_a_cpu_kernel_is_refused() -> None:
+    """The real log crash_first_request_headdim16.log: head size 16 loads, then the first
+    request fails. Preflight refuses it; head size 64 (the tiny Llama) passes."""
+    hd16 = {**LLAMA, "head_dim": 16}
+    check = checks_by_name(run_checks(cpu_profile(), cpu_facts(hd16)))["attention"]
+    assert check.status == "fail" and "16" in check.detail and "CPU_ATTN" in check.detail
+    ok = checks_by_name(run_checks(cpu_profile(), cpu_facts(LLAMA)))["attention"]
+    assert ok.status == "pass" and ok.detail == "CPU_ATTN, head size 64"
+    small_mla = {**DSV3, "kv_lora_rank": 256}
+    mla = checks_by_name(run_checks(cpu_profile(), cpu_facts(small_mla)))["attention"]
+    assert mla.status == "fail" and "kv_lora_rank + qk_rope_head_dim is 320" in mla.detail
+
+
+def test_head_size_from_the_config() -> None:
+    assert compat.attention_head_size(DSV3) == 576
+    assert compat.attention_head_size(LLAMA) == 64
+    assert compat.attention_head_size({"hidden_size": 4096, "num_attention_heads": 32}) == 128
+    assert compat.attention_head_size(KIMI) == 576  # text_config of Kimi K2.5
+    assert compat.attention_head_size({}) is None
