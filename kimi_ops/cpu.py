@@ -233,3 +233,42 @@ class CpuFacts:
     def mem_available(self) -> int | None:
         """/proc/meminfo MemAvailable in bytes."""
         return (self.meminfo or {}).get("MemAvailable")
+
+
+# --- status: memory instead of GPU memory -----------------------------------------------------
+
+#: Shell text for ``fab status`` (``$pid`` is the server's PID, a process-group leader): the
+#: summed RSS of the server's process group in KiB, and the host's MemTotal and MemAvailable.
+STATUS_MEMORY_COMMAND = (
+    'if [ -n "$pid" ]; then echo "rss_kib=$(ps -eo pgid=,rss= 2>/dev/null '
+    '| awk -v g="$pid" \'$1 == g { s += $2 } END { print s + 0 }\')"; fi; '
+    'echo "meminfo=$(awk \'/^(MemTotal|MemAvailable):/ { printf "%s ", $2 }\' /proc/meminfo '
+    '2>/dev/null)"'
+)
+
+
+def memory_status(values: Mapping[str, str]) -> dict[str, int]:
+    """Bytes from STATUS_MEMORY_COMMAND's ``rss_kib=`` and ``meminfo=`` lines (parsed as
+    key=value): ``server_rss`` (0 when the group has no process), ``mem_total`` and
+    ``mem_available``; keys whose value is missing are left out."""
+    out: dict[str, int] = {}
+    rss = values.get("rss_kib", "").strip()
+    if rss.isdigit():
+        out["server_rss"] = int(rss) * KIB
+    numbers = values.get("meminfo", "").split()
+    if len(numbers) == 2 and all(n.isdigit() for n in numbers):
+        out["mem_total"], out["mem_available"] = (int(n) * KIB for n in numbers)
+    return out
+
+
+def memory_status_line(memory: Mapping[str, int]) -> str | None:
+    """``memory: server tree RSS 3.1 GiB; host 20.2 GiB available of 23.5 GiB``, or None."""
+    parts = []
+    if "server_rss" in memory:
+        parts.append(f"server tree RSS {memory['server_rss'] / 1024**3:.1f} GiB")
+    if "mem_total" in memory and "mem_available" in memory:
+        parts.append(
+            f"host {memory['mem_available'] / 1024**3:.1f} GiB available of "
+            f"{memory['mem_total'] / 1024**3:.1f} GiB"
+        )
+    return "memory: " + "; ".join(parts) if parts else None

@@ -21,6 +21,7 @@ from kimi_ops import facts as facts_mod
 from kimi_ops import kvpatch, procs, shm
 from kimi_ops import script as launch_script
 from kimi_ops import verify as vfy
+from kimi_ops.cpu import STATUS_MEMORY_COMMAND, memory_status, memory_status_line
 from kimi_ops.defaults import (
     CURRENT_LOG,
     ENV_FILE,
@@ -645,6 +646,7 @@ def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
         'if command -v nvidia-smi >/dev/null 2>&1; then echo "gpu=$(nvidia-smi '
         "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
         "| tr '\\n' ';')\"; fi; "
+        f"{STATUS_MEMORY_COMMAND}; "
         f"echo @@log; tail -c 262144 {q(r + '/' + CURRENT_LOG)} 2>/dev/null; true",
         step=step,
         mutating=False,
@@ -659,13 +661,17 @@ def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
         f"stage: {diag.stage or 'none'}" + (f" ({diag.progress})" if diag.progress else "")
     )
     lines.append(f"log: {diag.label}" + (f" - {diag.summary}" if diag.failed else ""))
+    memory = memory_status(info)
     if info.get("gpu"):
         lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
+    elif line := memory_status_line(memory):
+        lines.append(line)  # a CPU host (no nvidia-smi): the server's RSS and host memory
     data = {
         "pid": info.get("pid"),
         "alive": alive,
         "uptime": info.get("etime"),
         "diagnosis": diag.to_dict(),
+        "memory": memory,
     }
     if not alive:
         return ok(

@@ -12,7 +12,10 @@ import pytest
 
 from kimi_ops import compat
 from kimi_ops.cpu import (
+    STATUS_MEMORY_COMMAND,
     NumaFacts,
+    memory_status,
+    memory_status_line,
     parse_cpuinfo,
     parse_id_list,
     parse_meminfo,
@@ -358,3 +361,30 @@ def test_head_size_from_the_config() -> None:
     assert compat.attention_head_size({"hidden_size": 4096, "num_attention_heads": 32}) == 128
     assert compat.attention_head_size(KIMI) == 576  # text_config of Kimi K2.5
     assert compat.attention_head_size({}) is None
+
+
+# --- status on a CPU host ---------------------------------------------------------------------
+
+
+def test_status_memory_command_sums_the_process_group_rss() -> None:
+    """Run the status snippet for real against a process group this test starts (the server
+    is a setsid leader, like this sleep): RSS of the group, and the host's memory."""
+    leader = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        out = subprocess.run(
+            ["sh", "-c", f"pid={leader.pid}; {STATUS_MEMORY_COMMAND}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    finally:
+        leader.kill()
+        leader.wait()
+    memory = memory_status(dict(ln.split("=", 1) for ln in out.splitlines() if "=" in ln))
+    rss_kib = int(Path(f"/proc/{os.getpid()}/status").read_text().split("VmRSS:")[1].split()[0])
+    assert 0 < memory["server_rss"] < rss_kib * 1024  # a sleep is smaller than this pytest
+    assert memory["mem_total"] == parse_meminfo(Path("/proc/meminfo").read_text())["MemTotal"]
+    line = memory_status_line(memory)
+    assert line is not None and line.startswith("memory: server tree RSS ")
+    assert memory_status({"rss_kib": "", "meminfo": ""}) == {}
+    assert memory_status_line({}) is None
