@@ -215,6 +215,59 @@ def parse_numa(text: str) -> NumaFacts:
     return NumaFacts(nodes=nodes, mems_allowed=tuple(mems), cpus_allowed=tuple(cpus))
 
 
+#: cgroup memory files, v2 then v1, as vLLM reads them (cpu_resource_utils.get_cgroup_memory_*).
+CGROUP_FILES: tuple[str, ...] = (
+    "/sys/fs/cgroup/memory.max",
+    "/sys/fs/cgroup/memory.current",
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+)
+#: cgroup v1 reports a sentinel near PAGE_COUNTER_MAX when unlimited; vLLM treats >= 2**62 so.
+CGROUP_V1_UNLIMITED = 1 << 62
+
+
+def cgroup_command() -> str:
+    """``PATH VALUE`` for each readable cgroup memory file."""
+    return (
+        "for f in " + " ".join(CGROUP_FILES) + "; do "
+        '[ -r "$f" ] && printf \'%s %s\\n\' "$f" "$(cat "$f")"; done; true'
+    )
+
+
+@dataclass(frozen=True)
+class CgroupMemory:
+    """The memory limit and usage of the cgroup the server would run in (bytes)."""
+
+    limit: int
+    usage: int | None
+
+
+def parse_cgroup(text: str) -> CgroupMemory | None:
+    """:func:`cgroup_command` output -> the effective limit, as vLLM reads it: v2 memory.max
+    (``max`` = none), else v1 limit_in_bytes below the unlimited sentinel; None when unlimited."""
+    values: dict[str, int | None] = {}
+    for line in text.splitlines():
+        path, _, value = line.strip().partition(" ")
+        if path in CGROUP_FILES:
+            values[path] = int(value) if value.strip().isdigit() else None
+    v2, v2_usage, v1, v1_usage = CGROUP_FILES
+    if values.get(v2) is not None:
+        return CgroupMemory(limit=values[v2] or 0, usage=values.get(v2_usage))
+    limit = values.get(v1)
+    if limit is not None and limit < CGROUP_V1_UNLIMITED:
+        return CgroupMemory(limit=limit, usage=values.get(v1_usage))
+    return None
+
+
+def clamp_to_cgroup(node: MemoryNode, cgroup: CgroupMemory | None) -> MemoryNode:
+    """The node as vLLM sees it under a cgroup limit: total = the limit when smaller, and
+    available no more than limit - usage."""
+    if cgroup is None or cgroup.limit >= node.total_bytes:
+        return node
+    available = max(0, min(node.available_bytes, cgroup.limit - (cgroup.usage or 0)))
+    return MemoryNode(node=node.node, total_bytes=cgroup.limit, available_bytes=available)
+
+
 @dataclass(frozen=True)
 class CpuFacts:
     """Everything preflight knows about a CPU host (each part None when it could not be read)."""
@@ -223,6 +276,7 @@ class CpuFacts:
     nproc: int | None = None
     meminfo: Mapping[str, int] | None = None
     numa: NumaFacts = field(default_factory=NumaFacts)
+    cgroup: CgroupMemory | None = None
 
     @property
     def mem_total(self) -> int | None:

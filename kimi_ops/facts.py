@@ -434,6 +434,7 @@ SECTIONS: tuple[str, ...] = (
     "cpuinfo",
     "meminfo",
     "numa",
+    "cgroup_memory",
 )
 
 #: Upper bound on the bytes of any cat'ed JSON file.
@@ -554,6 +555,7 @@ def gather_command(profile: Profile) -> str:
         ("cpuinfo", cpu_mod.cpuinfo_command()),
         ("meminfo", "cat /proc/meminfo"),
         ("numa", cpu_mod.numa_command()),
+        ("cgroup_memory", cpu_mod.cgroup_command()),
     ]
     assert tuple(name for name, _ in sections) == SECTIONS
     return NL_PRELUDE + "; ".join(_section(name, command) for name, command in sections)
@@ -804,7 +806,8 @@ def nvidia_smi_missing(section: Section) -> bool:
 
 def _cpu_facts(get: Any) -> cpu_mod.CpuFacts | None:
     """CpuFacts from the nproc/cpuinfo/meminfo/numa sections; None when none was gathered."""
-    sections = {name: get(name) for name in ("nproc", "cpuinfo", "meminfo", "numa")}
+    names = ("nproc", "cpuinfo", "meminfo", "numa", "cgroup_memory")
+    sections = {name: get(name) for name in names}
     if all(sec is None for sec in sections.values()):
         return None
 
@@ -812,12 +815,13 @@ def _cpu_facts(get: Any) -> cpu_mod.CpuFacts | None:
         sec = sections[name]
         return sec.text if sec is not None and sec.ok and sec.text.strip() else None
 
-    cpuinfo, nproc, meminfo, numa = (text(n) for n in ("cpuinfo", "nproc", "meminfo", "numa"))
+    nproc, cpuinfo, meminfo, numa, cgroup = (text(n) for n in names)
     return cpu_mod.CpuFacts(
         cpuinfo=cpu_mod.parse_cpuinfo(cpuinfo) if cpuinfo else None,
         nproc=cpu_mod.parse_nproc(nproc) if nproc else None,
         meminfo=cpu_mod.parse_meminfo(meminfo) if meminfo else None,
         numa=cpu_mod.parse_numa(numa) if numa else cpu_mod.NumaFacts(),
+        cgroup=cpu_mod.parse_cgroup(cgroup) if cgroup else None,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from . import compat
-from .cpu import CpuFacts, MemoryNode
+from .cpu import CpuFacts, MemoryNode, clamp_to_cgroup
 from .facts import CONFIG_BACKUP, HF_QUANT_BACKUP, Gpu, GpuProcess, HostFacts
 
 if TYPE_CHECKING:
@@ -613,14 +613,15 @@ def _memory_utilization(profile: Profile) -> float:
 
 def _rank_nodes(profile: Profile, cpu: CpuFacts) -> list[MemoryNode]:
     """The memory node each rank's worker reads (rank N on the N-th allowed node), or the host
-    totals from /proc/meminfo as one pseudo-node when the host exposes no NUMA nodes."""
-    allowed = list(cpu.numa.allowed_nodes)
-    if allowed:
-        return allowed[: profile.tensor_parallel_size] or allowed[:1]
-    total, avail = cpu.mem_total, cpu.mem_available
-    if total is None or avail is None:
-        return []
-    return [MemoryNode(node=-1, total_bytes=total, available_bytes=avail)]
+    totals from /proc/meminfo as one pseudo-node when the host exposes no NUMA nodes; clamped
+    to the cgroup's memory limit as vLLM does."""
+    allowed = list(cpu.numa.allowed_nodes)[: profile.tensor_parallel_size]
+    if not allowed:
+        total, avail = cpu.mem_total, cpu.mem_available
+        if total is None or avail is None:
+            return []
+        allowed = [MemoryNode(node=-1, total_bytes=total, available_bytes=avail)]
+    return [clamp_to_cgroup(node, cpu.cgroup) for node in allowed]
 
 
 def _check_cpu_memory(profile: Profile, facts: HostFacts, cpu: CpuFacts) -> Check:

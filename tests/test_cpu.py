@@ -13,9 +13,11 @@ import pytest
 from kimi_ops import compat
 from kimi_ops.cpu import (
     STATUS_MEMORY_COMMAND,
+    CgroupMemory,
     NumaFacts,
     memory_status,
     memory_status_line,
+    parse_cgroup,
     parse_cpuinfo,
     parse_id_list,
     parse_meminfo,
@@ -82,6 +84,7 @@ def cpu_facts(config: dict[str, Any] | None = None, **overrides: Any) -> HostFac
         "cpuinfo": CPUINFO,
         "meminfo": MEMINFO,
         "numa": NUMA,
+        "cgroup_memory": fixture("cgroup_v1_unlimited.txt"),
     }
     sections.update(overrides)
     return facts_from_mapping(sections)
@@ -409,3 +412,22 @@ def test_cuda_build_on_a_cpu_host_and_cpu_build_on_a_gpu_host_warn() -> None:
     on_gpu = cpu_facts(gpus=gpu_row, compute_apps="")
     check = checks_by_name(run_checks(cpu_profile(), on_gpu))["vllm"]
     assert check.status == "warn" and "CPU build on a CUDA host" in check.detail
+
+
+# --- cgroup limits (containers) -----------------------------------------------------------------
+
+
+def test_cgroup_of_this_machine_is_unlimited() -> None:
+    # cgroup v1 with the "unlimited" sentinel near 2**63: vLLM treats it as no limit.
+    assert parse_cgroup(fixture("cgroup_v1_unlimited.txt")) is None
+    assert parse_cgroup("/sys/fs/cgroup/memory.max max\n") is None
+
+
+def test_a_cgroup_limit_clamps_the_node_as_vllm_does() -> None:
+    v2 = f"/sys/fs/cgroup/memory.max {4 * GIB}\n/sys/fs/cgroup/memory.current {1 * GIB}\n"
+    assert parse_cgroup(v2) == CgroupMemory(limit=4 * GIB, usage=GIB)
+    facts = cpu_facts(cgroup_memory=v2)
+    check = checks_by_name(run_checks(cpu_profile(), facts))["memory"]
+    assert check.status == "pass" and "NUMA node 0 3.0 GiB available" in check.detail
+    tight = checks_by_name(run_checks(cpu_profile(env={"VLLM_CPU_KVCACHE_SPACE": "4"}), facts))
+    assert tight["memory"].status == "fail" and "3.0 GiB available" in tight["memory"].detail
