@@ -96,6 +96,11 @@ def _gib(n_bytes: int) -> str:
     return f"{n_bytes / GIB:.1f} GiB"
 
 
+def _size(n_bytes: int) -> str:
+    """GiB with one decimal, or MiB below 1 GiB (a tiny model's weights)."""
+    return _gib(n_bytes) if n_bytes >= GIB else f"{n_bytes / 1024**2:.1f} MiB"
+
+
 def _model_path(profile: Profile, name: str) -> str:
     return f"{profile.model.rstrip('/')}/{name}"
 
@@ -642,8 +647,8 @@ def _check_cpu_memory(profile: Profile, facts: HostFacts, cpu: CpuFacts) -> Chec
     if weights is None:
         wdesc = "weights unknown (no shard sizes)"
     else:
-        share = f" ({_gib(int(per_rank))} per rank)" if tp > 1 else ""
-        wdesc = f"weights {_gib(weights)}{share}"
+        share = f" ({_size(int(per_rank))} per rank)" if tp > 1 else ""
+        wdesc = f"weights {_size(weights)}{share}"
     for node in nodes:
         where = f"NUMA node {node.node}" if node.node >= 0 else "the host"
         avail, total = node.available_bytes, node.total_bytes

@@ -431,3 +431,21 @@ def test_a_cgroup_limit_clamps_the_node_as_vllm_does() -> None:
     assert check.status == "pass" and "NUMA node 0 3.0 GiB available" in check.detail
     tight = checks_by_name(run_checks(cpu_profile(env={"VLLM_CPU_KVCACHE_SPACE": "4"}), facts))
     assert tight["memory"].status == "fail" and "3.0 GiB available" in tight["memory"].detail
+
+
+def _two_nodes() -> str:
+    """This machine's node-0 meminfo twice, as nodes 0 and 1 (derived: no 2-node host here)."""
+    node0 = fixture("node_meminfo_1node.txt")
+    return node0 + node0.replace("Node 0 ", "Node 1 ") + "Mems_allowed_list:\t0-1\n"
+
+
+def test_tp2_on_two_numa_nodes_checks_each_ranks_node() -> None:
+    facts = cpu_facts(numa=_two_nodes())
+    assert facts.cpu is not None and [n.node for n in facts.cpu.numa.allowed_nodes] == [0, 1]
+    checks = checks_by_name(run_checks(cpu_profile(tensor_parallel_size=2), facts))
+    assert checks["cpu_cores"].status == "warn"  # 2 CPUs for 2 ranks + 2 reserved cores
+    assert "2 NUMA memory node(s)" in checks["cpu_cores"].detail
+    assert checks["memory"].status == "pass" and "(32.0 MiB per rank)" in checks["memory"].detail
+    restricted = cpu_facts(numa=_two_nodes().replace("0-1", "1"))
+    fails = checks_by_name(run_checks(cpu_profile(tensor_parallel_size=2), restricted))
+    assert fails["cpu_cores"].status == "fail" and "allows 1 NUMA" in fails["cpu_cores"].detail

@@ -95,7 +95,7 @@ def test_auto_resolves_cpu_and_reports_the_cpu_checks(sshd: SshdHost, tmp_path: 
     assert checks["cpu_cores"]["detail"].startswith(f"{cores} CPU(s)")
     assert "avx512f" in checks["cpu_isa"]["detail"] or checks["cpu_isa"]["status"] != "pass"
     assert checks["memory"]["status"] == "pass", checks["memory"]
-    assert "weights 0.0 GiB" in checks["memory"]["detail"]  # 3 MiB
+    assert "weights 3.0 MiB" in checks["memory"]["detail"]
     assert "VLLM_CPU_KVCACHE_SPACE=1 GiB" in checks["memory"]["detail"]
     assert checks["kv_cache"]["status"] == "pass"
     plan = report["plan"]
