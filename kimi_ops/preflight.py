@@ -785,13 +785,19 @@ def _check_cpu_model(profile: Profile, facts: HostFacts, cpu: CpuFacts) -> list[
     return checks
 
 
-def _cpu_checks(profile: Profile, facts: HostFacts) -> list[Check]:
+def _cpu_checks(profile: Profile, facts: HostFacts, own: set[int]) -> list[Check]:
     cpu = facts.cpu or CpuFacts()
-    return [
-        _check_cpu_cores(profile, cpu),
-        _check_cpu_isa(cpu),
-        _check_cpu_memory(profile, facts, cpu),
-    ]
+    memory = _check_cpu_memory(profile, facts, cpu)
+    if memory.status == "fail" and own:
+        # The memory this deployment's own server holds is freed when deploy replaces it.
+        pids = ", ".join(str(p) for p in sorted(own)[:4])
+        memory = Check(
+            "memory",
+            "warn",
+            f"{memory.detail}; this deployment's own server (pid {pids}) holds part of that "
+            "memory and deploy replaces it",
+        )
+    return [_check_cpu_cores(profile, cpu), _check_cpu_isa(cpu), memory]
 
 
 def run_checks(
@@ -807,7 +813,7 @@ def run_checks(
     device, _ = resolve_device(profile, facts)
     if device == "cpu":
         checks.append(_check_device(profile, facts))
-        checks += _cpu_checks(profile, facts)
+        checks += _cpu_checks(profile, facts, own)
     else:
         checks += _check_gpus(profile, facts)
         checks += _check_gpu_processes(profile, facts, own)

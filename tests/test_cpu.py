@@ -449,3 +449,11 @@ def test_tp2_on_two_numa_nodes_checks_each_ranks_node() -> None:
     restricted = cpu_facts(numa=_two_nodes().replace("0-1", "1"))
     fails = checks_by_name(run_checks(cpu_profile(tensor_parallel_size=2), restricted))
     assert fails["cpu_cores"].status == "fail" and "allows 1 NUMA" in fails["cpu_cores"].detail
+
+
+def test_memory_held_by_this_deployments_own_server_only_warns() -> None:
+    """A redeploy: the running server's memory is not available, but deploy replaces it."""
+    facts = cpu_facts(model_listing=f"{8 * GIB}\tmodel.safetensors\n700\tconfig.json\n")
+    assert checks_by_name(run_checks(cpu_profile(), facts))["memory"].status == "fail"
+    own = checks_by_name(run_checks(cpu_profile(), facts, own_pids=[4242]))["memory"]
+    assert own.status == "warn" and "pid 4242" in own.detail and "weights 8.0 GiB" in own.detail
