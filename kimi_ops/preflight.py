@@ -514,7 +514,8 @@ def _check_cpu_cores(profile: Profile, cpu: CpuFacts) -> Check:
     numa = f", {len(nodes)} NUMA memory node(s)" if nodes else ""
     what = f"{cpus} CPU(s){cores}{numa}"
     bind = _env_value(profile, "VLLM_CPU_OMP_THREADS_BIND") or "auto"
-    if tp > 1 and bind == "auto" and not _env_value(profile, "VLLM_CPU_SIM_MULTI_NUMA"):
+    simulated = (_env_value(profile, "VLLM_CPU_SIM_MULTI_NUMA") or "0") != "0"
+    if tp > 1 and bind == "auto" and not simulated:
         if nodes and len(nodes) < tp:
             return Check(
                 "cpu_cores",
@@ -538,10 +539,12 @@ def _check_cpu_cores(profile: Profile, cpu: CpuFacts) -> Check:
         return Check(
             "cpu_cores",
             "warn",
-            f"{what} for TP {tp}: vLLM's CPU build reserves one core per rank for its "
+            f"{what} for TP {tp}: vLLM 0.32's CPU build reserves one core per rank for its "
             "scheduler, leaving no core for the model alone; expect it to be slow",
         )
-    return Check("cpu_cores", "pass", f"{what} (TP {tp}; vLLM reserves {tp} for its scheduler)")
+    return Check(
+        "cpu_cores", "pass", f"{what} (TP {tp}; vLLM 0.32 reserves {tp} for its scheduler)"
+    )
 
 
 def _check_cpu_isa(cpu: CpuFacts) -> Check:
