@@ -22,6 +22,9 @@ STANDIN_DEFAULTS: dict[str, Any] = {
     "crash_after_seconds": None,
     "hang": False,
     "echo_argv": True,
+    # What `kimi.device: auto` resolves to with the stand-in: it emulates GPUs ("cuda"); "cpu"
+    # runs the CPU checks against the host's real CPU facts instead.
+    "device": "cuda",
     # Where the emulated GPUs record who holds them (default: beside the stand-in in run_dir).
     # Point two deployments at one file to make them share the emulated GPUs.
     "state_file": None,

@@ -474,9 +474,13 @@ def _check_remove_ipc(profile: Profile, facts: HostFacts) -> Check:
 
 
 def resolve_device(profile: Profile, facts: HostFacts) -> tuple[str, str]:
-    """(``"cuda"`` or ``"cpu"``, why). ``auto`` is CUDA when nvidia-smi answered, else the CPU."""
+    """(``"cuda"`` or ``"cpu"``, why). ``auto`` is CUDA when nvidia-smi answered, else the CPU;
+    with the stand-in engine it is ``standin.device`` (default cuda: it emulates GPUs)."""
     if profile.device != "auto":
         return profile.device, f"kimi.device: {profile.device}"
+    if getattr(profile, "is_standin", False):
+        device = profile.standin.device
+        return device, f"kimi.device: auto; the stand-in emulates {device} (standin.device)"
     if facts.gpus:
         return "cuda", f"kimi.device: auto; nvidia-smi lists {len(facts.gpus)} GPU(s)"
     if facts.nvidia_smi_missing:
@@ -488,7 +492,8 @@ def resolve_device(profile: Profile, facts: HostFacts) -> tuple[str, str]:
 
 def _check_device(profile: Profile, facts: HostFacts) -> Check:
     device, why = resolve_device(profile, facts)
-    if profile.device == "auto" and not facts.gpus and not facts.nvidia_smi_missing:
+    standin = getattr(profile, "is_standin", False)
+    if profile.device == "auto" and not standin and not facts.gpus and not facts.nvidia_smi_missing:
         return Check(
             "device",
             "warn",

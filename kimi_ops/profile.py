@@ -63,6 +63,7 @@ class StandinSettings:
     hang: bool = STANDIN_DEFAULTS["hang"]
     echo_argv: bool = STANDIN_DEFAULTS["echo_argv"]
     state_file: str | None = STANDIN_DEFAULTS["state_file"]
+    device: str = STANDIN_DEFAULTS["device"]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -253,6 +254,8 @@ def _standin(value: Any) -> StandinSettings:
     if not _is_int(memory) or memory <= 0:
         raise ProfileError("standin.memory_mib", f"must be a positive integer, got {memory!r}")
     crash = data["crash_after_seconds"]
+    if data["device"] not in ("cuda", "cpu"):
+        raise ProfileError("standin.device", f"must be cuda or cpu, got {data['device']!r}")
     return StandinSettings(
         gpu=_str("standin.gpu", data["gpu"]) or "",
         gpu_count=count,
@@ -267,6 +270,7 @@ def _standin(value: Any) -> StandinSettings:
         hang=_bool("standin.hang", data["hang"]),
         echo_argv=_bool("standin.echo_argv", data["echo_argv"]),
         state_file=_str("standin.state_file", data["state_file"], optional=True),
+        device=data["device"],
     )
 
 

@@ -457,3 +457,14 @@ def test_memory_held_by_this_deployments_own_server_only_warns() -> None:
     assert checks_by_name(run_checks(cpu_profile(), facts))["memory"].status == "fail"
     own = checks_by_name(run_checks(cpu_profile(), facts, own_pids=[4242]))["memory"]
     assert own.status == "warn" and "pid 4242" in own.detail and "weights 8.0 GiB" in own.detail
+
+
+def test_the_standin_is_cuda_unless_its_settings_say_cpu() -> None:
+    standin = cpu_profile(engine="standin")
+    assert resolve_device(standin, cpu_facts())[0] == "cuda"  # emulated GPUs, whatever the host
+    as_cpu = cpu_profile(engine="standin", standin={"device": "cpu"})
+    device, why = resolve_device(as_cpu, cpu_facts())
+    assert device == "cpu" and "standin.device" in why
+    checks = checks_by_name(run_checks(as_cpu, cpu_facts()))
+    assert checks["device"].status == "pass" and "cpu_isa" in checks
+    assert resolve_device(cpu_profile(engine="standin", device="cpu"), cpu_facts())[0] == "cpu"

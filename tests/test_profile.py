@@ -65,6 +65,7 @@ def test_nested_standin_keys_merge() -> None:
         ({"standin": {"gpu_count": -1}}, "standin.gpu_count"),
         ({"standin": {"vllm_version": "latest"}}, "standin.vllm_version"),
         ({"standin": {"colour": "red"}}, "standin.colour"),
+        ({"standin": {"device": "auto"}}, "standin.device"),
         ({"standin": {"compute_capability": "sm120"}}, "standin.compute_capability"),
         ({"host_overrides": {"gpu2": {"nope": 1}}}, "host_overrides.gpu2.nope"),
     ],
