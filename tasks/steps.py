@@ -641,12 +641,12 @@ def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
     out = h.run(
         f'pid=$(cat {q(r + "/" + PIDFILE)} 2>/dev/null || true); echo "pid=$pid"; '
         f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
+        f"{STATUS_MEMORY_COMMAND}; "
         'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
         'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
         'if command -v nvidia-smi >/dev/null 2>&1; then echo "gpu=$(nvidia-smi '
         "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
         "| tr '\\n' ';')\"; fi; "
-        f"{STATUS_MEMORY_COMMAND}; "
         f"echo @@log; tail -c 262144 {q(r + '/' + CURRENT_LOG)} 2>/dev/null; true",
         step=step,
         mutating=False,
