@@ -24,7 +24,7 @@ from .diagnose import LABELS, RULES, STAGES, Diagnosis, LogDiagnoser, Rule, diag
 from .errors import ConfigPatchError, KimiOpsError, ProfileError, RemoteKilled, StepFailed
 from .facts import HostFacts, gather_command, parse_gathered
 from .kvpatch import FilePatch, patch_text, plan_patch, remove_key, unified_diff
-from .preflight import Check, Plan, build_plan, preflight_report, run_checks
+from .preflight import Check, Plan, build_plan, preflight_report, resolve_device, run_checks
 from .procs import (
     LISTING_COMMAND,
     Listing,
@@ -59,6 +59,7 @@ __all__ = [
     "Check",
     "Plan",
     "run_checks",
+    "resolve_device",
     "build_plan",
     "preflight_report",
     "effective_kv_cache_dtype",

@@ -22,6 +22,9 @@ STANDIN_DEFAULTS: dict[str, Any] = {
     "crash_after_seconds": None,
     "hang": False,
     "echo_argv": True,
+    # What `kimi.device: auto` resolves to with the stand-in: it emulates GPUs ("cuda"); "cpu"
+    # runs the CPU checks against the host's real CPU facts instead.
+    "device": "cuda",
     # Where the emulated GPUs record who holds them (default: beside the stand-in in run_dir).
     # Point two deployments at one file to make them share the emulated GPUs.
     "state_file": None,
@@ -52,6 +55,9 @@ DEFAULTS: dict[str, Any] = {
     "shm_dir": "/dev/shm",
     # "vllm" runs the real server; "standin" runs kimi_ops/standin.py, which emulates it.
     "engine": "vllm",
+    # What the server runs on: "auto" (CUDA when nvidia-smi answers on the host, else the CPU),
+    # "cuda", or "cpu" (vLLM's CPU build).
+    "device": "auto",
     # "auto" lets the plan decide; True/False force the KV-cache config patch.
     "patch_kv_config": "auto",
     # Secrets: the API key itself, or the name of a local environment variable holding it.

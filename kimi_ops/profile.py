@@ -19,6 +19,7 @@ from .defaults import DEFAULTS, STANDIN_DEFAULTS
 from .errors import ProfileError
 
 ENGINES = ("vllm", "standin")
+DEVICES = ("auto", "cuda", "cpu")
 HOST_KEY_POLICIES = ("reject", "accept-new")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Names the launch script cannot export: bash's read-only or special variables, and the
@@ -62,6 +63,7 @@ class StandinSettings:
     hang: bool = STANDIN_DEFAULTS["hang"]
     echo_argv: bool = STANDIN_DEFAULTS["echo_argv"]
     state_file: str | None = STANDIN_DEFAULTS["state_file"]
+    device: str = STANDIN_DEFAULTS["device"]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,6 +91,7 @@ class Profile:
     grace_seconds: float = DEFAULTS["grace_seconds"]
     shm_dir: str = DEFAULTS["shm_dir"]
     engine: str = DEFAULTS["engine"]
+    device: str = DEFAULTS["device"]
     patch_kv_config: bool | str = DEFAULTS["patch_kv_config"]
     api_key: str | None = None
     api_key_env: str | None = None
@@ -251,6 +254,8 @@ def _standin(value: Any) -> StandinSettings:
     if not _is_int(memory) or memory <= 0:
         raise ProfileError("standin.memory_mib", f"must be a positive integer, got {memory!r}")
     crash = data["crash_after_seconds"]
+    if data["device"] not in ("cuda", "cpu"):
+        raise ProfileError("standin.device", f"must be cuda or cpu, got {data['device']!r}")
     return StandinSettings(
         gpu=_str("standin.gpu", data["gpu"]) or "",
         gpu_count=count,
@@ -265,6 +270,7 @@ def _standin(value: Any) -> StandinSettings:
         hang=_bool("standin.hang", data["hang"]),
         echo_argv=_bool("standin.echo_argv", data["echo_argv"]),
         state_file=_str("standin.state_file", data["state_file"], optional=True),
+        device=data["device"],
     )
 
 
@@ -299,6 +305,9 @@ def load_profile(
     engine = data["engine"]
     if engine not in ENGINES:
         raise ProfileError("engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    device = data["device"]
+    if device not in DEVICES:
+        raise ProfileError("device", f"must be one of {', '.join(DEVICES)}, got {device!r}")
     patch = data["patch_kv_config"]
     if patch not in (True, False, "auto"):
         raise ProfileError("patch_kv_config", f"must be auto, true or false, got {patch!r}")
@@ -346,6 +355,7 @@ def load_profile(
         grace_seconds=_num("grace_seconds", data["grace_seconds"], allow_zero=True),
         shm_dir=_abs_path("shm_dir", data["shm_dir"]),
         engine=engine,
+        device=device,
         patch_kv_config=patch,
         api_key=_str("api_key", data["api_key"], optional=True),
         api_key_env=api_key_env,

@@ -21,6 +21,7 @@ from kimi_ops import facts as facts_mod
 from kimi_ops import kvpatch, procs, shm
 from kimi_ops import script as launch_script
 from kimi_ops import verify as vfy
+from kimi_ops.cpu import STATUS_MEMORY_COMMAND, memory_status, memory_status_line
 from kimi_ops.defaults import (
     CURRENT_LOG,
     ENV_FILE,
@@ -640,6 +641,7 @@ def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
     out = h.run(
         f'pid=$(cat {q(r + "/" + PIDFILE)} 2>/dev/null || true); echo "pid=$pid"; '
         f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
+        f"{STATUS_MEMORY_COMMAND}; "
         'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
         'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
         'if command -v nvidia-smi >/dev/null 2>&1; then echo "gpu=$(nvidia-smi '
@@ -659,13 +661,17 @@ def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
         f"stage: {diag.stage or 'none'}" + (f" ({diag.progress})" if diag.progress else "")
     )
     lines.append(f"log: {diag.label}" + (f" - {diag.summary}" if diag.failed else ""))
+    memory = memory_status(info)
     if info.get("gpu"):
         lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
+    elif line := memory_status_line(memory):
+        lines.append(line)  # a CPU host (no nvidia-smi): the server's RSS and host memory
     data = {
         "pid": info.get("pid"),
         "alive": alive,
         "uptime": info.get("etime"),
         "diagnosis": diag.to_dict(),
+        "memory": memory,
     }
     if not alive:
         return ok(

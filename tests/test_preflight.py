@@ -338,10 +338,11 @@ def test_tp8_on_four_gpus_fails() -> None:
     assert "NVIDIA H100 80GB HBM3" in check.detail
 
 
-def test_nvidia_smi_failure_fails() -> None:
+def test_nvidia_smi_failure_fails_when_cuda_is_required() -> None:
     facts = make_facts(gpus=(127, "sh: 1: nvidia-smi: not found"))
-    check = by_name(run_checks(profile(), facts), "gpus")
+    check = by_name(run_checks(profile(device="cuda"), facts), "gpus")
     assert check.status == "fail" and "nvidia-smi: not found" in check.detail
+    assert "kimi.device: cpu" in check.detail  # the way to the CPU build is named
 
 
 def test_non_root_with_remove_ipc_unset_warns() -> None:

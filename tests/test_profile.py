@@ -18,7 +18,13 @@ def test_defaults_are_the_kimi_deployment() -> None:
     assert p.trust_remote_code is True and p.engine == "vllm"
     assert p.standin.compute_capability == "12.0" and p.standin.vllm_version == "0.17.1"
     assert p.standin.gpu_count == 8
+    assert p.device == "auto"
     assert set(p.to_dict()) == set(DEFAULTS)
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda", "cpu"])
+def test_device_values(device: str) -> None:
+    assert load_profile({"device": device}).device == device
 
 
 def test_overrides_win_and_none_is_ignored() -> None:
@@ -50,12 +56,16 @@ def test_nested_standin_keys_merge() -> None:
         ({"env": {"BAD NAME": "1"}}, "env.BAD NAME"),
         ({"env": ["A=1"]}, "env"),
         ({"engine": "sglang"}, "engine"),
+        ({"device": "gpu"}, "device"),
+        ({"device": "CPU"}, "device"),
+        ({"device": None}, "device"),
         ({"patch_kv_config": "yes"}, "patch_kv_config"),
         ({"startup_timeout": -1}, "startup_timeout"),
         ({"host_key_policy": "accept-all"}, "host_key_policy"),
         ({"standin": {"gpu_count": -1}}, "standin.gpu_count"),
         ({"standin": {"vllm_version": "latest"}}, "standin.vllm_version"),
         ({"standin": {"colour": "red"}}, "standin.colour"),
+        ({"standin": {"device": "auto"}}, "standin.device"),
         ({"standin": {"compute_capability": "sm120"}}, "standin.compute_capability"),
         ({"host_overrides": {"gpu2": {"nope": 1}}}, "host_overrides.gpu2.nope"),
     ],
