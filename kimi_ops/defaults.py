@@ -59,6 +59,19 @@ DEFAULTS: dict[str, Any] = {
     "api_key_env": None,
     # Local environment variables whose values are passed to the server via the 0600 env file.
     "secret_env": ["HF_TOKEN"],
+    # A kimi.env value whose NAME contains one of these (any case) is a secret: it goes only to
+    # the 0600 env file and is shown as *** everywhere else.
+    "secret_patterns": [
+        "TOKEN",
+        "KEY",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "AUTH",
+        "PRIVATE",
+    ],
     # SSH host-key policy: "reject" unknown/changed keys (default), or "accept-new".
     "host_key_policy": "reject",
     "known_hosts": "~/.ssh/known_hosts",

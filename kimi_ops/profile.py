@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from .defaults import DEFAULTS, STANDIN_DEFAULTS
 from .errors import ProfileError
+from .redact import MASK, Masker, flag_secrets, is_secret_name, redact_env
 
 ENGINES = ("vllm", "standin")
 HOST_KEY_POLICIES = ("reject", "accept-new")
@@ -93,6 +94,7 @@ class Profile:
     api_key: str | None = None
     api_key_env: str | None = None
     secret_env: tuple[str, ...] = tuple(DEFAULTS["secret_env"])
+    secret_patterns: tuple[str, ...] = tuple(DEFAULTS["secret_patterns"])
     host_key_policy: str = DEFAULTS["host_key_policy"]
     known_hosts: str = DEFAULTS["known_hosts"]
     connect_timeout: float = DEFAULTS["connect_timeout"]
@@ -104,6 +106,35 @@ class Profile:
     @property
     def is_standin(self) -> bool:
         return self.engine == "standin"
+
+    def is_secret(self, name: str) -> bool:
+        """Is the env variable ``name`` a secret (its name matches ``secret_patterns``)?"""
+        return is_secret_name(name, self.secret_patterns)
+
+    def to_public_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` with every secret shown as ``***`` (safe to print)."""
+        out = self.to_dict()
+        out["env"] = redact_env(self.env, self.secret_patterns)
+        if self.api_key is not None:
+            out["api_key"] = MASK
+        masker = Masker(flag_secrets(self.extra_args))
+        out["extra_args"] = [masker(a) for a in self.extra_args]
+        out["host_overrides"] = {
+            k: {
+                **dict(v),
+                **(
+                    {"env": redact_env(v["env"], self.secret_patterns)}
+                    if isinstance(v.get("env"), Mapping)
+                    else {}
+                ),
+                **({"api_key": MASK} if v.get("api_key") is not None else {}),
+            }
+            for k, v in self.host_overrides.items()
+        }
+        return out
+
+    def __repr__(self) -> str:  # never print a secret, even in a traceback or a debugger
+        return f"Profile({self.to_public_dict()!r})"
 
     def with_run_dir(self, run_dir: str) -> Profile:
         """The same profile with ``run_dir`` resolved (e.g. ``~`` expanded on the host)."""
@@ -124,6 +155,7 @@ class Profile:
         out["env"] = dict(self.env)
         out["extra_args"] = list(self.extra_args)
         out["secret_env"] = list(self.secret_env)
+        out["secret_patterns"] = list(self.secret_patterns)
         out["hosts"] = list(self.hosts)
         out["host_overrides"] = {k: dict(v) for k, v in self.host_overrides.items()}
         return out
@@ -314,6 +346,9 @@ def load_profile(
     for name in secret_env:
         if not _ENV_NAME.match(name):
             raise ProfileError("secret_env", f"is not an environment variable name: {name!r}")
+    secret_patterns = _str_list("secret_patterns", data["secret_patterns"])
+    if any(not p.strip() for p in secret_patterns):
+        raise ProfileError("secret_patterns", "must not contain an empty pattern")
     parallel = data["parallel"]
     if not _is_int(parallel) or parallel < 1:
         raise ProfileError("parallel", f"must be a positive integer, got {parallel!r}")
@@ -350,6 +385,7 @@ def load_profile(
         api_key=_str("api_key", data["api_key"], optional=True),
         api_key_env=api_key_env,
         secret_env=secret_env,
+        secret_patterns=secret_patterns,
         host_key_policy=policy,
         known_hosts=_str("known_hosts", data["known_hosts"]) or "",
         connect_timeout=_num("connect_timeout", data["connect_timeout"]),
@@ -363,11 +399,12 @@ def load_profile(
 def secret_env_values(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:
     """The secrets the server gets through its 0600 env file (never its command line).
 
-    ``VLLM_API_KEY`` from ``api_key`` or the local variable ``api_key_env`` names, and each
-    variable in ``secret_env`` (e.g. HF_TOKEN) that is set locally. ``environ`` is the local
-    environment, passed in (this module does no I/O).
+    ``VLLM_API_KEY`` from ``api_key`` or the local variable ``api_key_env`` names, each
+    variable in ``secret_env`` (e.g. HF_TOKEN) that is set locally, and each ``kimi.env`` value
+    whose name looks secret (``secret_patterns``; the launch script leaves those out).
+    ``environ`` is the local environment, passed in (this module does no I/O).
     """
-    out: dict[str, str] = {}
+    out: dict[str, str] = {k: v for k, v in profile.env.items() if profile.is_secret(k)}
     key = profile.api_key
     if key is None and profile.api_key_env:
         key = environ.get(profile.api_key_env)

@@ -97,7 +97,11 @@ def render_launch_script(
     run_dir = profile.run_dir.rstrip("/") or "/"
     if not run_dir.startswith("/"):
         raise ValueError(f"run_dir must be absolute here, got {profile.run_dir!r}")
-    environment = dict(profile.env if env is None else env)
+    # Secret-named values (``secret_patterns``) are not written here: the env file sourced
+    # below (mode 0600) carries them.
+    environment = {
+        k: v for k, v in (profile.env if env is None else env).items() if not profile.is_secret(k)
+    }
     if profile.is_standin:
         environment.setdefault("KIMI_STANDIN_CONFIG", f"{run_dir}/{STANDIN_CONFIG}")
     argv = engine_command(profile, extra_args)

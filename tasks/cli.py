@@ -21,12 +21,12 @@ from kimi_ops.diagnose import LogDiagnoser
 from kimi_ops.errors import KimiOpsError
 from kimi_ops.result import format_result, skipped
 
-from . import steps
+from . import masking, steps
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
 from .host import is_connection
 from .lock import HostLock
 from .report import FleetBoard, Reporter
-from .session import Session, load, session
+from .session import Session, kimi_config, load, session
 
 #: Profile keys every deployment task accepts as flags: name -> help.
 COMMON_FLAGS: dict[str, str] = {
@@ -90,6 +90,7 @@ def kimi_task(
             fleet_hosts = kw.pop("fleet_hosts", None)
             mine = {k: kw.pop(k) for k in list(kw) if k in own}
             ov = overrides(kw)
+            masking.install(kimi_config(c), ov)
             fail_fast = bool(mine.pop("fail_fast", False))
             as_json = bool(mine.get("json", False))
             if fleet and not task_json:
@@ -121,7 +122,11 @@ def kimi_task(
 
 def fleet_specs(c: Context, ov: dict[str, Any], step: str) -> list[str]:
     """``kimi.hosts`` (when the task runs without -H)."""
-    return list(load(c, ov).hosts)
+    try:
+        return list(load(c, ov).hosts)
+    except KimiOpsError as exc:
+        hint = f"\n  hint: {exc.hint}" if exc.hint else ""
+        raise Exit(f"error: {step}: {exc.message}{hint}", code=1) from None
 
 
 def run_on_fleet(
@@ -322,6 +327,7 @@ def stop(s: Session) -> None:
 def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> None:
     """Name the cause of a failed (or slow) vLLM launch from its log, with the fix."""
     as_json = json
+    masking.install(kimi_config(c))
     if log:
         path = Path(log)
         if not path.is_file():

@@ -440,8 +440,10 @@ class PreflightOutcome:
     facts: HostFacts
     own_pids: tuple[int, ...]
 
+    secret_patterns: tuple[str, ...] = ()
+
     def report(self) -> dict[str, Any]:
-        return preflight_report(self.checks, self.plan)
+        return preflight_report(self.checks, self.plan, self.secret_patterns)
 
 
 def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...]]:
@@ -474,7 +476,7 @@ def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutco
     lines += [f"plan: {note}" for note in plan.notes]
     bad = [c for c in checks if c.status == "fail"]
     warn = [c for c in checks if c.status == "warn"]
-    data = {"report": preflight_report(checks, plan)}
+    data = {"report": preflight_report(checks, plan, p.secret_patterns)}
     if bad:
         res = failed(
             step,
@@ -486,7 +488,7 @@ def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutco
     else:
         extra = f", {len(warn)} warning(s)" if warn else ""
         res = ok(step, f"{len(checks)} checks passed{extra}", lines=tuple(lines), data=data)
-    return PreflightOutcome(res, checks, plan, host_facts, own)
+    return PreflightOutcome(res, checks, plan, host_facts, own, p.secret_patterns)
 
 
 # --- launch -----------------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""Issue 12, config and input (items 9, 13-20), through the real `fab` command line and a real
+sshd, with the stand-in engine (it EMULATES vLLM; no model is loaded)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import stat
+from pathlib import Path
+
+import pytest
+
+from .deployment import Deployment
+from .harness import FabRun, cause_line, pid_alive, run_fab
+
+pytestmark = pytest.mark.e2e
+
+
+# --- 9: secret-named kimi.env values ----------------------------------------------------------
+
+#: Names a user would give secrets, one per default pattern, plus one for a custom pattern.
+SECRET_NAMES = (
+    "HF_TOKEN",
+    "OPENAI_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "DB_PASSWORD",
+    "smtp_passwd",
+    "GITHUB_CREDENTIALS",
+    "Proxy_Auth",
+    "SSH_PRIVATE",
+    "UPSTREAM_BEARER",  # secret only through kimi.secret_patterns
+)
+
+
+def _files_text(directory: Path, skip: Path) -> dict[str, str]:
+    return {
+        str(p): p.read_text(errors="replace")
+        for p in directory.rglob("*")
+        if p.is_file() and p != skip
+    }
+
+
+def test_secret_named_env_values_reach_only_the_0600_env_file(dep: Deployment) -> None:
+    values = {name: f"s3cr3t-{name.lower()}-{secrets.token_hex(8)}" for name in SECRET_NAMES}
+    env = {**values, "NCCL_DEBUG": "WARN"}
+    patterns = ["TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "PRIVATE"]
+    # (dep.fab's own ``env`` is fab's process environment: kimi.env goes in as an override)
+    dep.overrides.update(env=env, secret_patterns=[*patterns, "BEARER"])
+    kimi: dict[str, object] = {}
+    # A launch script from before (a deploy that still wrote the secrets into it): the diff
+    # upload-script prints shows its removed lines, which must not show the values either.
+    dep.run_dir.mkdir()
+    old = "#!/usr/bin/env bash\n" + "".join(f"export {k}={v}\n" for k, v in values.items())
+    (dep.run_dir / "launch.sh").write_text(old)
+    (dep.run_dir / "launch.sh").chmod(0o700)
+
+    def fab(*args: str, **kimi: object) -> FabRun:
+        return run_fab(dep.sshd, *args, config=dep.config(**kimi))
+
+    runs = {
+        "preflight --json": dep.fab("preflight", "--json", **kimi),
+        "deploy": dep.fab("deploy", **kimi),
+        "status": dep.fab("status", **kimi),
+        "status --json": dep.fab("status", "--json", **kimi),
+        "logs": dep.fab("logs", **kimi),
+        "diagnose": dep.fab("diagnose", **kimi),
+        "deploy --dry": dep.fab("deploy", "--dry", "--restart", **kimi),
+        "bad profile": dep.fab("status", **{**kimi, "port": "not-a-port"}),
+        "bad env": fab("status", env={**env, "HF_TOKEN": [values["HF_TOKEN"]]}),
+    }
+    assert runs["deploy"].ok, runs["deploy"].describe()
+    assert "launch.sh" in runs["deploy"].output, runs["deploy"].output
+    assert "***" in runs["deploy"].output, runs["deploy"].output
+    assert runs["bad profile"].returncode == 1 and runs["bad env"].returncode == 1
+    report = json.loads(runs["preflight --json"].stdout)
+    assert report["plan"]["env"]["HF_TOKEN"] == "***", report["plan"]["env"]
+    assert report["plan"]["env"]["NCCL_DEBUG"] == "WARN"
+
+    env_file = dep.run_dir / "server.env"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    held = env_file.read_text()
+    shown = {name: run.output for name, run in runs.items()}
+    shown.update(_files_text(dep.run_dir, skip=env_file))
+    shown["sshd log"] = dep.sshd.log_text()
+    for name, value in values.items():
+        assert value in held, name
+        for where, text in shown.items():
+            assert value not in text, f"{name}'s value shown in {where}:\n{text[-3000:]}"
+    script = (dep.run_dir / "launch.sh").read_text()
+    assert "export NCCL_DEBUG=WARN" in script
+    assert not any(f"export {n}=" in script for n in SECRET_NAMES), script
+
+    # The server really has them (from the env file), though no file but that one holds them.
+    pid = dep.pidfile_pid()
+    assert pid is not None and pid_alive(pid)
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    for name, value in values.items():
+        assert f"{name}={value}".encode() in environ, name
+    assert cause_line(runs["bad profile"].output)
