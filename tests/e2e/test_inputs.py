@@ -97,3 +97,48 @@ def test_secret_named_env_values_reach_only_the_0600_env_file(dep: Deployment) -
     for name, value in values.items():
         assert f"{name}={value}".encode() in environ, name
     assert cause_line(runs["bad profile"].output)
+
+
+# --- 13, 14: the -f file ----------------------------------------------------------------------
+
+
+def _one_error_line(run: FabRun) -> str:
+    assert run.returncode == 1 and not run.timed_out, run.describe()
+    assert "Traceback" not in run.output, run.describe()
+    lines = [ln for ln in run.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, run.describe()
+    return lines[0]
+
+
+def test_a_missing_config_file_fails_naming_it(dep: Deployment, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-profile.yaml"
+    line = _one_error_line(run_fab(dep.sshd, "-f", str(missing), "status"))
+    assert line == f"error: config file not found: {missing} (given with -f)", line
+
+
+@pytest.mark.parametrize("section", ["kim", "Kimi", "kimi_ops"])
+def test_a_misspelled_section_fails_naming_it(
+    dep: Deployment, tmp_path: Path, section: str
+) -> None:
+    cfg = tmp_path / "profile.yaml"
+    cfg.write_text(f"{section}:\n  port: 8001\n")
+    line = _one_error_line(run_fab(dep.sshd, "-f", str(cfg), "status"))
+    assert line.startswith(f"error: config file {cfg}: unknown section `{section}:`"), line
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("kimi:\n  port: 8001\n   model: /m\n", ":3:9:"),  # bad indentation
+        ("kimi:\n  env: {HF_TOKEN: x\n", ":3:1:"),  # unclosed flow mapping
+        ("kimi:\n\tport: 8001\n", ":2:1:"),  # a tab
+    ],
+    ids=["indent", "unclosed", "tab"],
+)
+def test_a_yaml_syntax_error_is_one_line_with_file_line_and_column(
+    dep: Deployment, tmp_path: Path, text: str, where: str
+) -> None:
+    cfg = tmp_path / "profile.yaml"
+    cfg.write_text(text)
+    line = _one_error_line(run_fab(dep.sshd, "-f", str(cfg), "status"))
+    assert line.startswith(f"error: config file {cfg}{where} invalid YAML: "), line
