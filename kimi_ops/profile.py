@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -140,14 +140,34 @@ class Profile:
         """The same profile with ``run_dir`` resolved (e.g. ``~`` expanded on the host)."""
         return _replace(self, run_dir=run_dir)
 
-    def for_host(self, host: str) -> Profile:
-        """The profile with ``host_overrides[host]`` applied (fleet deploys)."""
-        over = self.host_overrides.get(host)
-        if not over:
+    def for_host(self, names: str | Sequence[str]) -> Profile:
+        """The profile with every ``host_overrides`` entry whose key is one of ``names`` applied,
+        in the order given (see :func:`host_keys`: the most specific key wins)."""
+        wanted = [names] if isinstance(names, str) else list(names)
+        overs = [self.host_overrides[n] for n in dict.fromkeys(wanted) if n in self.host_overrides]
+        if not overs:
             return self
         merged = self.to_dict()
-        merged = merge(merged, dict(over))
+        for over in overs:
+            merged = merge(merged, dict(over))
         return load_profile(merged)
+
+    def check_override_keys(self, run_hosts: Sequence[Sequence[str]]) -> None:
+        """Every ``host_overrides`` key must name a host of this run (any of its
+        :func:`host_keys`) or one listed in ``kimi.hosts``; raises ProfileError naming the first
+        that does not (a typo there would otherwise be ignored silently)."""
+        known = {n for names in run_hosts for n in names}
+        for entry in self.hosts:
+            known |= set(host_keys(*split_host(entry)))
+        for key in self.host_overrides:
+            if key not in known:
+                typed = sorted({names[-1] for names in run_hosts if names} | set(self.hosts))
+                raise ProfileError(
+                    f"host_overrides.{key}",
+                    "matches no host of this run" + (f" ({', '.join(typed)})" if typed else ""),
+                    hint="a key is the host as you typed it (an ssh-config alias, host, "
+                    "host:port, user@host or user@host:port) or its resolved hostname",
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """A plain, JSON-serialisable mapping of every key (secrets included: do not print it)."""
@@ -159,6 +179,32 @@ class Profile:
         out["hosts"] = list(self.hosts)
         out["host_overrides"] = {k: dict(v) for k, v in self.host_overrides.items()}
         return out
+
+
+def split_host(text: str) -> tuple[str | None, str, int | None]:
+    """``user@host:port`` (user and port optional) as (user, host, port)."""
+    user, _, rest = text.rpartition("@")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        host, port = rest, ""
+    return (user or None), host, (int(port) if port else None)
+
+
+def host_keys(
+    user: str | None, typed: str, port: int | None = None, resolved: str | None = None
+) -> list[str]:
+    """The ``host_overrides`` keys that name one host, least specific first: the host (as typed:
+    an ssh-config alias or an address; then the hostname it resolves to), ``host:port``,
+    ``user@host``, ``user@host:port``."""
+    hosts = list(dict.fromkeys(h for h in (resolved, typed) if h))
+    keys = list(hosts)
+    if port is not None:
+        keys += [f"{h}:{port}" for h in hosts]
+    if user:
+        keys += [f"{user}@{h}" for h in hosts]
+        if port is not None:
+            keys += [f"{user}@{h}:{port}" for h in hosts]
+    return keys
 
 
 def _replace(profile: Profile, **changes: Any) -> Profile:

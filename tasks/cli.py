@@ -23,7 +23,7 @@ from kimi_ops.result import format_result, skipped
 
 from . import masking, steps
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
-from .host import is_connection
+from .host import host_names, is_connection
 from .lock import HostLock
 from .report import FleetBoard, Reporter
 from .session import Session, kimi_config, load, session
@@ -97,6 +97,8 @@ def kimi_task(
                 mine.pop("json", None)
             if fleet:
                 specs = fleet_hosts or ([] if is_connection(c) else fleet_specs(c, ov, step))
+                if not specs and as_json and not task_json:
+                    specs = [c]  # one host: --json still prints the recap, as JSON
                 if specs:
                     mine.pop("json", None)  # per host: step lines; the recap is the JSON
                     rolling = int(mine.pop("rolling", 0) or 0) if step == "deploy" else 0
@@ -142,9 +144,14 @@ def run_on_fleet(
 ) -> None:
     """Run the task on every host concurrently, then print the recap (exit 1 if any failed)."""
     try:
-        parallel = load(c, ov).parallel  # validated once, before any host is contacted
+        profile = load(c, ov)  # validated once, before any host is contacted
+        run_hosts = [host_names(connection_for(c, s)) for s in specs]
+        profile.check_override_keys(run_hosts)
     except KimiOpsError as exc:
+        if as_json:
+            print(_dumps({"task": step, "error": exc.message, "hint": exc.hint}), flush=True)
         raise Exit(f"error: {step}: {exc.message}", code=1) from None
+    parallel = profile.parallel
 
     board = (
         FleetBoard([host_name(s) for s in specs]) if sys.stdout.isatty() and not as_json else None
@@ -157,12 +164,13 @@ def run_on_fleet(
         reporters.append(reporter)
         outcome = HostOutcome(host_name(spec))
         try:
-            run(conn, ov, dict(mine), reporter=reporter, cancel=cancel)
+            run(conn, ov, dict(mine), reporter=reporter, cancel=cancel, run_hosts=run_hosts)
             outcome.result = "ready" if step in ("deploy", "verify") else "ok"
         except Exit:
             outcome.result = "failed"
         finally:
-            conn.close()
+            if is_connection(conn):
+                conn.close()
         bad = [r for r in reporter.results if r.failed]
         last = bad[-1] if bad else (reporter.results[-1] if reporter.results else None)
         if last is not None:

@@ -28,7 +28,7 @@ from invoke import Context
 from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from kimi_ops.errors import KimiOpsError, RemoteKilled, StepFailed
-from kimi_ops.profile import Profile
+from kimi_ops.profile import Profile, host_keys
 from kimi_ops.shell import one_line, quote
 
 # paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner") with their
@@ -88,21 +88,36 @@ def is_connection(c: Any) -> bool:
     return hasattr(c, "client") and hasattr(c, "sftp")
 
 
+def typed_host(c: Any) -> str:
+    """The host as the user typed it (an ssh-config alias stays an alias)."""
+    return str(getattr(c, "original_host", None) or c.host)
+
+
 def host_label(c: Any) -> str:
+    """``user@host[:port]`` with the host as typed; ``local`` without a connection."""
     if not is_connection(c):
         return "local"
     port = getattr(c, "port", 22)
-    return f"{c.user}@{c.host}" + (f":{port}" if port != 22 else "")
+    return f"{c.user}@{typed_host(c)}" + (f":{port}" if port != 22 else "")
+
+
+def host_names(c: Any) -> list[str]:
+    """Every ``kimi.host_overrides`` key that names this connection's host (see host_keys)."""
+    if not is_connection(c):
+        return ["local"]
+    return host_keys(c.user, typed_host(c), int(getattr(c, "port", 22) or 22), c.host)
 
 
 class Host:
     """A host the tasks act on, remote (Connection) or local (Context)."""
 
-    def __init__(self, c: Context, profile: Profile, *, dry: bool = False) -> None:
+    def __init__(
+        self, c: Context, profile: Profile, *, dry: bool = False, name: str | None = None
+    ) -> None:
         self.c = c
         self.profile = profile
         self.remote = is_connection(c)
-        self.name = host_label(c)
+        self.name = name or host_label(c)  # a fleet passes the name the user typed
         self.dry = dry or bool(getattr(getattr(c.config, "run", None), "dry", False))
         self.commands: list[str] = []  # every command run, in order (for reports and tests)
         self._home: str | None = None

@@ -142,3 +142,81 @@ def test_a_yaml_syntax_error_is_one_line_with_file_line_and_column(
     cfg.write_text(text)
     line = _one_error_line(run_fab(dep.sshd, "-f", str(cfg), "status"))
     assert line.startswith(f"error: config file {cfg}{where} invalid YAML: "), line
+
+
+# --- 15: host_overrides keys, 19: --json, 20: the typed name everywhere -----------------------
+
+
+def _alias_config(dep: Deployment, tmp_path: Path, alias: str = "gpualias") -> Path:
+    """An ssh_config naming the test sshd ``alias`` (as a user's ~/.ssh/config would)."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        f"Host {alias}\n  HostName {dep.sshd.host}\n  Port {dep.sshd.port}\n"
+        f"  User {dep.sshd.user}\n  IdentityFile {dep.sshd.key_path}\n"
+    )
+    return cfg
+
+
+def _fab_hosts(
+    dep: Deployment, hosts: str, *args: str, ssh_config: Path, kimi: dict | None = None
+) -> FabRun:
+    ssh = ["--ssh-config", str(ssh_config), "-H", hosts, "-i", str(dep.sshd.key_path)]
+    return run_fab(None, *ssh, *args, config=dep.config(**(kimi or {})))
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["gpualias", "{host}", "{host}:{port}", "{user}@{host}", "{user}@{host}:{port}"],
+)
+def test_host_overrides_keys_match_the_name_typed(
+    dep: Deployment, tmp_path: Path, key: str
+) -> None:
+    ssh_config = _alias_config(dep, tmp_path)
+    s = dep.sshd
+    typed = "gpualias" if key == "gpualias" else f"{s.user}@{s.host}:{s.port}"
+    key = key.format(host=s.host, port=s.port, user=s.user)
+    run = _fab_hosts(
+        dep,
+        typed,
+        "kill-stale",
+        kimi={"host_overrides": {key: {"port": 1234}}},
+        ssh_config=ssh_config,
+    )
+    assert run.ok, run.describe()
+    assert "(port 1234)" in run.output, run.describe()
+
+
+def test_a_host_overrides_key_that_matches_no_host_fails_naming_it(
+    dep: Deployment, tmp_path: Path
+) -> None:
+    run = _fab_hosts(
+        dep,
+        "gpualias",
+        "kill-stale",
+        kimi={"host_overrides": {"gpu-typo": {"port": 1234}}},
+        ssh_config=_alias_config(dep, tmp_path),
+    )
+    assert run.returncode == 1 and "Traceback" not in run.output, run.describe()
+    cause = cause_line(run.output)
+    assert "host_overrides.gpu-typo" in cause and "matches no host" in cause, cause
+
+
+def test_fleet_lines_and_recap_use_the_typed_name(dep: Deployment, tmp_path: Path) -> None:
+    s = dep.sshd
+    other = f"{s.host}:{s.port}"
+    run = _fab_hosts(dep, f"gpualias,{other}", "status", ssh_config=_alias_config(dep, tmp_path))
+    lines = [ln for ln in run.output.splitlines() if "] status: " in ln]
+    assert any("[gpualias] status" in ln for ln in lines), run.describe()
+    assert any(f"[{other}] status" in ln for ln in lines), run.describe()
+    assert f"@{s.host}:{s.port}]" not in run.output, run.describe()  # never the resolved name
+    recap = run.output[run.output.index("RECAP") :]
+    assert "gpualias" in recap and other in recap, recap
+
+
+@pytest.mark.parametrize("task", ["deploy", "status", "stop", "verify"])
+def test_json_with_one_host_is_one_json_document(dep: Deployment, task: str) -> None:
+    run = dep.fab(task, "--json")
+    doc = json.loads(run.stdout)  # the whole of stdout, nothing else
+    assert doc["task"] == task and len(doc["hosts"]) == 1, doc
+    assert doc["hosts"][0]["host"] == dep.sshd.target, doc
+    assert (run.returncode == 0) == (doc["hosts"][0]["result"] in ("ok", "ready")), run.describe()
