@@ -76,6 +76,9 @@ DEFAULTS: dict[str, Any] = {
     "host_key_policy": "reject",
     "known_hosts": "~/.ssh/known_hosts",
     "connect_timeout": 10.0,
+    # Seconds any one remote command may take (unless the step sets its own): the host ends it
+    # with coreutils `timeout` (SIGTERM, SIGKILL 5 s later) and the step fails naming it.
+    "command_timeout": 120.0,
     "standin": dict(STANDIN_DEFAULTS),
     # Fleet settings.
     "hosts": [],

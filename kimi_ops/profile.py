@@ -98,6 +98,7 @@ class Profile:
     host_key_policy: str = DEFAULTS["host_key_policy"]
     known_hosts: str = DEFAULTS["known_hosts"]
     connect_timeout: float = DEFAULTS["connect_timeout"]
+    command_timeout: float = DEFAULTS["command_timeout"]
     standin: StandinSettings = field(default_factory=StandinSettings)
     hosts: tuple[str, ...] = ()
     host_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -435,6 +436,7 @@ def load_profile(
         host_key_policy=policy,
         known_hosts=_str("known_hosts", data["known_hosts"]) or "",
         connect_timeout=_num("connect_timeout", data["connect_timeout"]),
+        command_timeout=_num("command_timeout", data["command_timeout"]),
         standin=_standin(data["standin"]),
         hosts=_str_list("hosts", data["hosts"]),
         host_overrides={str(k): dict(v) for k, v in overrides_map.items()},

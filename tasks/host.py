@@ -29,7 +29,7 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from kimi_ops.errors import KimiOpsError, RemoteKilled, StepFailed
 from kimi_ops.profile import Profile, host_keys
-from kimi_ops.shell import one_line, quote
+from kimi_ops.shell import KILL_AFTER, one_line, quote, with_timeout
 
 # paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner") with their
 # tracebacks; with no handler configured Python's last-resort handler prints them to stderr.
@@ -211,6 +211,12 @@ class Host:
     ) -> Output:
         """Run one single-line command. Raises StepFailed on a non-zero exit when ``check``.
 
+        Every command has a time limit: ``timeout`` or the profile's ``command_timeout``. The
+        host enforces it (coreutils ``timeout`` ends the command and its process group; see
+        :func:`kimi_ops.shell.with_timeout`), and Fabric's own timeout, a little later, closes
+        the channel should the host not answer at all. Either way the step fails naming the
+        command, whatever ``check`` says.
+
         In dry mode a ``mutating`` command is only printed and "succeeds" with no output.
         """
         command = one_line(command)
@@ -218,29 +224,39 @@ class Host:
             print(f"[dry] {self.name}: would run: {command}")
             return Output(command, "", "", 0)
         self.commands.append(command)
+        limit = float(timeout if timeout is not None else self.profile.command_timeout)
         started = time.monotonic()
+
+        def timed_out(how: str) -> StepFailed:
+            return StepFailed(
+                step,
+                f"the command did not finish within {limit:g} s ({how})",
+                command=command,
+                hint=hint
+                or "something on the host blocks (a FIFO or a hung network mount in a path the "
+                "command reads?) or the host is overloaded; raise kimi.command_timeout if it "
+                "is only slow",
+            )
+
         try:
             result = self.c.run(
-                command,
+                with_timeout(command, limit),
                 hide=True,
                 warn=True,
                 pty=False,
                 in_stream=False,
-                timeout=timeout,
+                timeout=limit + KILL_AFTER + 10,
                 dry=False,
             )
         except CommandTimedOut as exc:
-            raise StepFailed(
-                step,
-                f"the command did not finish within {timeout:g} s",
-                command=command,
-                hint=hint or "the host may be overloaded or the command hung",
-            ) from exc
+            raise timed_out("no answer from the host; the channel was closed") from exc
         except UnexpectedExit as exc:  # only with warn=False; kept for safety
             result = exc.result
         except (paramiko.SSHException, OSError) as exc:
             raise self.connect_error(exc) from exc
         out = Output(command, result.stdout, result.stderr, int(result.exited))
+        if out.exited in (124, 137) and time.monotonic() - started >= limit * 0.95:
+            raise timed_out("ended on the host by coreutils timeout")
         if TRACE:
             took = time.monotonic() - started
             print(

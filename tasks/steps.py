@@ -454,7 +454,6 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
         step=step,
         check=False,
         mutating=False,
-        timeout=120,
     )
     gathered, _, ps_text = out.stdout.rpartition("@@kimi-ops:ps\n")
     host_facts = facts_mod.parse_gathered(gathered)

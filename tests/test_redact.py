@@ -63,3 +63,12 @@ def test_masker_hides_api_key_flags_and_nested_wrong_types() -> None:
     }
     mask = Masker(config_secrets(config, {}))
     assert mask("a sk-live-1 b sk-live-2 c ['tok-nested-1']") == "a *** b *** c ['***']"
+
+
+def test_with_timeout_round_trips_any_one_line_command() -> None:
+    from kimi_ops.shell import with_timeout, without_timeout
+
+    for command in ["true", "cat '/a b/c' | head -c 5; echo \"$x\"", "printf '%s' \"it's\""]:
+        wrapped = with_timeout(command, 7)
+        assert wrapped.startswith("timeout -k 5 7 bash -c ")
+        assert without_timeout(wrapped) == command

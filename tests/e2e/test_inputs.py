@@ -4,14 +4,16 @@ sshd, with the stand-in engine (it EMULATES vLLM; no model is loaded)."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
 from .deployment import Deployment
-from .harness import FabRun, cause_line, pid_alive, run_fab
+from .harness import FabRun, cause_line, pid_alive, pids_with_marker, ps_listing, run_fab
 
 pytestmark = pytest.mark.e2e
 
@@ -220,3 +222,26 @@ def test_json_with_one_host_is_one_json_document(dep: Deployment, task: str) -> 
     assert doc["task"] == task and len(doc["hosts"]) == 1, doc
     assert doc["hosts"][0]["host"] == dep.sshd.target, doc
     assert (run.returncode == 0) == (doc["hosts"][0]["result"] in ("ok", "ready")), run.describe()
+
+
+# --- 16: every remote command has a time limit, enforced on the host --------------------------
+
+
+def test_a_blocking_read_on_the_host_times_out_naming_the_command(dep: Deployment) -> None:
+    """config.json is a FIFO nobody writes: reading it blocks forever (as a hung NFS mount
+    would). Preflight must fail after command_timeout, name the command, and leave no process
+    behind on the host still blocked on it."""
+    fifo = dep.model / "config.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    run = dep.fab("preflight", command_timeout=3, timeout=60)
+    assert run.returncode == 1 and not run.timed_out, run.describe()
+    assert "Traceback" not in run.output, run.describe()
+    cause = cause_line(run.output)
+    assert "did not finish within 3 s" in cause and "ended on the host" in cause, cause
+    assert "command: " in run.output and str(fifo) in run.output, run.describe()
+    assert run.seconds < 3 + 12, run.describe()
+    deadline = time.monotonic() + 10
+    while (left := pids_with_marker(str(fifo))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], [e for e in ps_listing() if e.pid in left]
