@@ -72,7 +72,7 @@ def kimi_task(
     if dry:
         own["dry"] = (False, "print the commands and diffs; change nothing")
     if fleet:
-        own.setdefault("json", (False, "with several hosts: print the recap as JSON"))
+        own.setdefault("json", (False, "print the result as one JSON document (the recap)"))
         own["fail_fast"] = (False, "with several hosts: stop the others at the first failure")
 
     def decorate(fn: Callable[..., None]) -> Task:
@@ -117,7 +117,7 @@ def kimi_task(
         body.__doc__ = fn.__doc__
         body.__module__ = fn.__module__
         helps = {**COMMON_FLAGS, **{k: h for k, (_, h) in own.items()}}
-        return task(help=helps)(body)
+        return task(help=helps, auto_shortflags=False)(body)  # long flags only: see README
 
     return decorate
 
@@ -327,6 +327,7 @@ def stop(s: Session) -> None:
 
 @task(
     name="diagnose",
+    auto_shortflags=False,
     help={
         "log": "a local log file to read (default: the current log on the host)",
         "json": "print the diagnosis as JSON",
