@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "extra_args": [],
     # Where the script, pidfile and logs live on the host ("~" is the login user's home).
     "run_dir": "~/kimi-ops",
+    # How many launches' logs (logs/<launch id>.log) to keep in run_dir; older ones are deleted
+    # at each launch (the current launch's log and the one before are never deleted).
+    "keep_logs": 10,
     # Seconds verify waits for a ready server, and for a silent log before calling it stalled.
     "startup_timeout": 1800,
     "stall_timeout": 900,

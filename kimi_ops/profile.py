@@ -84,6 +84,7 @@ class Profile:
     env: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULTS["env"]))
     extra_args: tuple[str, ...] = ()
     run_dir: str = DEFAULTS["run_dir"]
+    keep_logs: int = DEFAULTS["keep_logs"]
     startup_timeout: float = DEFAULTS["startup_timeout"]
     stall_timeout: float = DEFAULTS["stall_timeout"]
     poll_interval: float = DEFAULTS["poll_interval"]
@@ -396,6 +397,9 @@ def load_profile(
     secret_patterns = _str_list("secret_patterns", data["secret_patterns"])
     if any(not p.strip() for p in secret_patterns):
         raise ProfileError("secret_patterns", "must not contain an empty pattern")
+    keep_logs = data["keep_logs"]
+    if not _is_int(keep_logs) or keep_logs < 1:
+        raise ProfileError("keep_logs", f"must be a positive integer, got {keep_logs!r}")
     parallel = data["parallel"]
     if not _is_int(parallel) or parallel < 1:
         raise ProfileError("parallel", f"must be a positive integer, got {parallel!r}")
@@ -422,6 +426,7 @@ def load_profile(
         env=_env("env", data["env"]),
         extra_args=_str_list("extra_args", data["extra_args"]),
         run_dir=_str("run_dir", data["run_dir"]) or "",
+        keep_logs=keep_logs,
         startup_timeout=_num("startup_timeout", data["startup_timeout"]),
         stall_timeout=_num("stall_timeout", data["stall_timeout"]),
         poll_interval=_num("poll_interval", data["poll_interval"]),

@@ -514,10 +514,10 @@ def launch(
         return skipped(
             step,
             "dry run: would start the server detached",
-            lines=(launch_script.launch_command(r, launch_id),),
+            lines=(launch_script.launch_command(r, launch_id, p.keep_logs),),
         )
     started = time.monotonic()
-    out = h.run(launch_script.launch_command(r, launch_id), step=step, check=False)
+    out = h.run(launch_script.launch_command(r, launch_id, p.keep_logs), step=step, check=False)
     if "@@no-script" in out.stdout:
         return failed(
             step,
@@ -643,9 +643,9 @@ def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
         f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
         'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
         'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
-        'if command -v nvidia-smi >/dev/null 2>&1; then echo "gpu=$(nvidia-smi '
+        f'echo "gpu=$({facts_mod.nvidia_smi_command(p)} '
         "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
-        "| tr '\\n' ';')\"; fi; "
+        "| tr '\\n' ';')\"; "
         f"echo @@log; tail -c 262144 {q(r + '/' + CURRENT_LOG)} 2>/dev/null; true",
         step=step,
         mutating=False,

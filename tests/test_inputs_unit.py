@@ -36,3 +36,41 @@ def test_an_override_key_for_no_host_of_the_run_is_refused() -> None:
         p.check_override_keys([host_keys("root", "gpu1", 22)])
     listed = load_profile({"host_overrides": {"gpu9": {"port": 8001}}, "hosts": ["root@gpu9"]})
     listed.check_override_keys([host_keys("root", "gpu1", 22)])  # named by kimi.hosts: fine
+
+
+def test_launch_rotates_old_logs_keeping_the_newest_and_never_the_current(tmp_path) -> None:
+    """The real launch command, run by bash in a scratch run_dir: keep_logs=3 keeps this
+    launch and the two newest before it; the log current.log names survives even keep_logs=1;
+    files kimi-ops did not name are left alone."""
+    import os
+    import subprocess
+
+    from kimi_ops.script import launch_command
+
+    run = tmp_path / "run"
+    logs = run / "logs"
+    logs.mkdir(parents=True)
+    (run / "launch.sh").write_text("#!/bin/bash\nexit 0\n")
+    (run / "launch.sh").chmod(0o700)
+    ids = [f"202612{d:02d}T120000-aaaa{d:02d}" for d in range(1, 8)]
+    for lid in ids:
+        (logs / f"{lid}.log").write_text(lid)
+        (logs / f"{lid}.sha256").write_text("x")
+    (logs / "notes.log").write_text("mine")
+    os.symlink(f"logs/{ids[2]}.log", run / "current.log")  # an older launch is current
+
+    def launch(lid: str, keep: int) -> set[str]:
+        subprocess.run(["bash", "-c", launch_command(str(run), lid, keep)], check=True)
+        return {p.name for p in logs.iterdir()}
+
+    left = launch("20261209T120000-bbbb01", 3)
+    assert {f"{i}.log" for i in ("20261209T120000-bbbb01", ids[6], ids[5], ids[2])} | {
+        "notes.log"
+    } == {n for n in left if n.endswith(".log")}, sorted(left)
+    assert f"{ids[0]}.sha256" not in left and f"{ids[6]}.sha256" in left
+    left = launch("20261210T120000-cccc01", 1)
+    assert {n for n in left if n.endswith(".log")} == {
+        "20261210T120000-cccc01.log",
+        "20261209T120000-bbbb01.log",  # current.log named it when this launch began
+        "notes.log",
+    }, sorted(left)
