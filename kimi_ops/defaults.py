@@ -49,6 +49,8 @@ DEFAULTS: dict[str, Any] = {
     "startup_timeout": 1800,
     "stall_timeout": 900,
     "poll_interval": 2.0,
+    # `fab logs` shows at most this many characters of a line (the rest is marked as cut).
+    "log_line_limit": 2000,
     # Seconds kill-stale and stop wait between SIGTERM and SIGKILL.
     "grace_seconds": 20.0,
     # Where vLLM's leaked shared memory (psm_*, sem.mp-*) lives; clean-shm looks only here.
@@ -100,6 +102,8 @@ LOCK_FILE = "kimi-ops.lock"
 PROBE_SCRIPT = "kimi_probe.py"
 STANDIN_SCRIPT = "kimi_standin.py"
 STANDIN_CONFIG = "standin.json"
+DIAGNOSE_MODULE = "kimi_diagnose.py"  # kimi_ops/diagnose.py, for `fab diagnose` on the host
+DIAGNOSE_RUNNER = "kimi_diagnose_run.py"
 
 #: Backups of the model's config files written by patch-kv-config.
 BACKUP_SUFFIX = ".kimi-ops.orig"

@@ -88,6 +88,7 @@ class Profile:
     startup_timeout: float = DEFAULTS["startup_timeout"]
     stall_timeout: float = DEFAULTS["stall_timeout"]
     poll_interval: float = DEFAULTS["poll_interval"]
+    log_line_limit: int = DEFAULTS["log_line_limit"]
     grace_seconds: float = DEFAULTS["grace_seconds"]
     shm_dir: str = DEFAULTS["shm_dir"]
     engine: str = DEFAULTS["engine"]
@@ -397,6 +398,9 @@ def load_profile(
     secret_patterns = _str_list("secret_patterns", data["secret_patterns"])
     if any(not p.strip() for p in secret_patterns):
         raise ProfileError("secret_patterns", "must not contain an empty pattern")
+    line_limit = data["log_line_limit"]
+    if not _is_int(line_limit) or line_limit < 1:
+        raise ProfileError("log_line_limit", f"must be a positive integer, got {line_limit!r}")
     keep_logs = data["keep_logs"]
     if not _is_int(keep_logs) or keep_logs < 1:
         raise ProfileError("keep_logs", f"must be a positive integer, got {keep_logs!r}")
@@ -430,6 +434,7 @@ def load_profile(
         startup_timeout=_num("startup_timeout", data["startup_timeout"]),
         stall_timeout=_num("stall_timeout", data["stall_timeout"]),
         poll_interval=_num("poll_interval", data["poll_interval"]),
+        log_line_limit=line_limit,
         grace_seconds=_num("grace_seconds", data["grace_seconds"], allow_zero=True),
         shm_dir=_abs_path("shm_dir", data["shm_dir"]),
         engine=engine,

@@ -17,7 +17,7 @@ from typing import Any
 from invoke import Context, Task, task
 from invoke.exceptions import Exit
 
-from kimi_ops.diagnose import LogDiagnoser
+from kimi_ops.diagnose import Diagnosis, LogDiagnoser
 from kimi_ops.errors import KimiOpsError
 from kimi_ops.result import format_result, skipped
 
@@ -345,21 +345,25 @@ def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> Non
         with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
             while chunk := fh.read(1 << 20):
                 diagnoser.feed(chunk)
-        print_diagnosis(diagnoser, as_json, source=str(path))
+        print_diagnosis(diagnoser.diagnosis(), as_json, source=str(path))
         return
     with session(c, step="diagnose", quiet=as_json) as s:
-        print_diagnosis(steps.diagnose_host_log(s.host, s.profile), as_json, s.host.name)
+        d = steps.diagnose_host_log(s.host, s.profile, progress=_progress)
+        print_diagnosis(d, as_json, s.host.name)
 
 
-def print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
+def _progress(text: str) -> None:
+    print(f"diagnose: {text}", file=sys.stderr, flush=True)
+
+
+def print_diagnosis(d: Diagnosis, as_json: bool, source: str) -> None:
     try:
-        _print_diagnosis(diagnoser, as_json, source)
+        _print_diagnosis(d, as_json, source)
     except BrokenPipeError:  # `fab diagnose --log X | head`: the reader left; that is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
-    d = diagnoser.diagnosis()
+def _print_diagnosis(d: Diagnosis, as_json: bool, source: str) -> None:
     if as_json:
         print(_dumps({"source": source, **d.to_dict()}))
         return

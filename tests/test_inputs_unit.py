@@ -74,3 +74,41 @@ def test_launch_rotates_old_logs_keeping_the_newest_and_never_the_current(tmp_pa
         "20261209T120000-bbbb01.log",  # current.log named it when this launch began
         "notes.log",
     }, sorted(left)
+
+
+def test_polls_that_split_a_utf8_character_decode_it_whole(tmp_path) -> None:
+    """The real poll command, run by bash on a log of multi-byte characters, 7 bytes a poll:
+    every poll ends inside a character somewhere; one decoder across polls joins them."""
+    import subprocess
+
+    from kimi_ops import verify as vfy
+
+    text = "".join(f"ünï ✓ 日本語 {i} 🙂\n" for i in range(50))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.log").write_bytes(text.encode())
+    (tmp_path / "current.log").symlink_to("logs/a.log")
+    decoder, offset, shown = vfy.log_decoder(), 0, []
+    while True:
+        out = subprocess.run(
+            ["bash", "-c", vfy.poll_command(str(tmp_path), offset, 7)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        facts = vfy.parse_poll(out, decoder)
+        if not facts.read:
+            break
+        shown.append(facts.chunk)
+        offset += facts.read
+    assert "".join(shown) == text
+
+
+def test_line_capper_is_streaming_and_marks_each_cut_once() -> None:
+    from kimi_ops.logview import LineCapper, cap_lines
+
+    assert cap_lines("abcdef\nab\nxyz", 3) == ("abc …[line cut at 3 chars]\nab\nxyz")
+    capper = LineCapper(3)
+    pieces = ["ab", "cd", "ef", "gh\nok", "\n", "1234"]
+    assert "".join(capper.feed(p) for p in pieces) == (
+        "abc …[line cut at 3 chars]\nok\n123 …[line cut at 3 chars]"
+    )

@@ -245,3 +245,39 @@ def test_a_blocking_read_on_the_host_times_out_naming_the_command(dep: Deploymen
     while (left := pids_with_marker(str(fifo))) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left == [], [e for e in ps_listing() if e.pid in left]
+
+
+# --- 17, 18, 20: reading the host's log; status with the stand-in ----------------------------
+
+
+def test_logs_status_and_diagnose_on_a_long_multibyte_log(dep: Deployment) -> None:
+    run = dep.fab("deploy")
+    assert run.ok, run.describe()
+    status = dep.fab("status")
+    assert "GPU memory used/total MiB: " in status.output, status.describe()
+    # The stand-in's emulated GPUs: 8 of 97887 MiB, and the server holds memory on them.
+    gpu_line = next(ln for ln in status.output.splitlines() if "GPU memory" in ln)
+    assert gpu_line.count("97887") == 8, gpu_line
+
+    diag = dep.fab("diagnose", "--json", timeout=60)
+    assert diag.ok, diag.describe()
+    assert json.loads(diag.stdout)["label"] == "healthy", diag.stdout
+    assert (dep.run_dir / "kimi_diagnose.py").read_bytes() == (
+        Path(__file__).resolve().parents[2] / "kimi_ops" / "diagnose.py"
+    ).read_bytes()
+
+    log = dep.run_dir / "current.log"
+    text = "".join(f"INFO ünïcødé ✓ 日本語 line {i} {'é' * (i % 50)}\n" for i in range(3000))
+    huge = "E" * (30 * 2**20)  # one 30 MB line: a tensor repr, say
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(text + huge + "\n" + "after the huge line ✓\n")
+    logs = dep.fab("logs", "--lines", "3005", log_line_limit=100, timeout=60)
+    assert logs.ok, logs.describe()
+    assert "\ufffd" not in logs.stdout  # no character split between two reads
+    shown = logs.stdout.splitlines()
+    assert "INFO ünïcødé ✓ 日本語 line 2999 " + "é" * 49 in shown
+    assert shown[-1] == "after the huge line ✓"
+    cut = [ln for ln in shown if ln.startswith("EEEE")]
+    assert cut == ["E" * 100 + " …[line cut at 100 chars]"], [c[:120] for c in cut]
+    assert all(len(ln) <= 100 + 30 for ln in shown), max(len(ln) for ln in shown)
+    assert logs.seconds < 30, logs.describe()
