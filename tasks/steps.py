@@ -769,17 +769,21 @@ def diagnose_host_log(
     )
     answer = _last_json(out.stdout) if out.ok else None
     if answer is not None and "missing" in answer:
-        raise StepFailed(
-            step,
-            f"no log at {r}/{CURRENT_LOG}",
-            hint="nothing has been launched yet (`fab deploy`)",
-        )
+        raise _no_log(step, r)
     if answer is not None and isinstance(answer.get("diagnosis"), dict):
         return diagnosis_from_dict(answer["diagnosis"])
     if progress is not None:
         why = (out.stderr.strip().splitlines() or [f"exit status {out.exited}"])[-1]
         progress(f"cannot diagnose on the host ({why[:200]}): streaming the log here")
     return stream_diagnose_host_log(h, p, step=step, progress=progress).diagnosis()
+
+
+def _no_log(step: str, run_dir: str) -> StepFailed:
+    return StepFailed(
+        step,
+        f"no log at {run_dir}/{CURRENT_LOG}",
+        hint="nothing has been launched yet (`fab deploy`)",
+    )
 
 
 def _last_json(text: str) -> dict[str, Any] | None:
@@ -822,11 +826,7 @@ def stream_diagnose_host_log(
             h.run(vfy.poll_command(r, offset), step=step, mutating=False).stdout, decoder
         )
         if not facts.log_exists:
-            raise StepFailed(
-                step,
-                f"no log at {r}/{CURRENT_LOG}",
-                hint="nothing has been launched yet (`fab deploy`)",
-            )
+            raise _no_log(step, r)
         diagnoser.feed(facts.chunk)
         offset += facts.read
         if progress is not None and facts.log_size > 0:
