@@ -10,7 +10,8 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,17 @@ def kimi_task(
         def run(c: Context, ov: dict[str, Any], mine: dict[str, Any], **extra: Any) -> None:
             is_dry = bool(mine.pop("dry", False))
             quiet = bool(mine.get("json", False))
+            if task_json and quiet and "reporter" not in extra:
+                extra["reporter"] = Reporter(None, quiet=True)
+                with json_on_failure(step, extra["reporter"]):
+                    run_session(c, ov, mine, is_dry, quiet, **extra)
+            else:
+                run_session(c, ov, mine, is_dry, quiet, **extra)
+
+        def run_session(
+            c: Context, ov: dict[str, Any], mine: dict[str, Any], is_dry: bool, quiet: bool,
+            **extra: Any,
+        ) -> None:  # fmt: skip
             with session(c, ov, step=step, dry=is_dry, quiet=quiet, **extra) as s:
                 if lock:
                     with HostLock(s.host, s.profile.run_dir, step):
@@ -96,7 +108,9 @@ def kimi_task(
             if fleet and not task_json:
                 mine.pop("json", None)
             if fleet:
-                specs = fleet_hosts or ([] if is_connection(c) else fleet_specs(c, ov, step))
+                specs = fleet_hosts or (
+                    [] if is_connection(c) else fleet_specs(c, ov, step, as_json)
+                )
                 if not specs and as_json and not task_json:
                     specs = [c]  # one host: --json still prints the recap, as JSON
                 if specs:
@@ -122,11 +136,31 @@ def kimi_task(
     return decorate
 
 
-def fleet_specs(c: Context, ov: dict[str, Any], step: str) -> list[str]:
+def print_json_error(step: str, message: str, hint: str = "") -> None:
+    """The one JSON document of a --json run that failed before it had anything else."""
+    print(_dumps({"task": step, "error": message, "hint": hint}), flush=True)
+
+
+@contextmanager
+def json_on_failure(step: str, reporter: Reporter) -> Iterator[None]:
+    """With --json, a task that fails before it printed its document (no connection, a bad
+    profile, a step that raised) still prints one: ``{"task", "error", "hint"}``."""
+    try:
+        yield
+    except Exit:
+        bad = [r for r in reporter.results if r.failed]
+        if bad:
+            print_json_error(step, bad[-1].message, bad[-1].hint)
+        raise
+
+
+def fleet_specs(c: Context, ov: dict[str, Any], step: str, as_json: bool = False) -> list[str]:
     """``kimi.hosts`` (when the task runs without -H)."""
     try:
         return list(load(c, ov).hosts)
     except KimiOpsError as exc:
+        if as_json:
+            print_json_error(step, exc.message, exc.hint)
         hint = f"\n  hint: {exc.hint}" if exc.hint else ""
         raise Exit(f"error: {step}: {exc.message}{hint}", code=1) from None
 
@@ -149,7 +183,7 @@ def run_on_fleet(
         profile.check_override_keys(run_hosts)
     except KimiOpsError as exc:
         if as_json:
-            print(_dumps({"task": step, "error": exc.message, "hint": exc.hint}), flush=True)
+            print_json_error(step, exc.message, exc.hint)
         raise Exit(f"error: {step}: {exc.message}", code=1) from None
     parallel = profile.parallel
 
@@ -347,7 +381,11 @@ def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> Non
                 diagnoser.feed(chunk)
         print_diagnosis(diagnoser.diagnosis(), as_json, source=str(path))
         return
-    with session(c, step="diagnose", quiet=as_json) as s:
+    reporter = Reporter(None, quiet=as_json)
+    with (
+        json_on_failure("diagnose", reporter) if as_json else nullcontext(),
+        session(c, step="diagnose", quiet=as_json, reporter=reporter) as s,
+    ):
         d = steps.diagnose_host_log(s.host, s.profile, progress=_progress)
         print_diagnosis(d, as_json, s.host.name)
 

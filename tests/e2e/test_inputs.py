@@ -3,6 +3,7 @@ sshd, with the stand-in engine (it EMULATES vLLM; no model is loaded)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .deployment import Deployment
-from .harness import FabRun, cause_line, pid_alive, pids_with_marker, ps_listing, run_fab
+from .harness import FabRun, cause_line, free_port, pid_alive, pids_with_marker, ps_listing, run_fab
 
 pytestmark = pytest.mark.e2e
 
@@ -281,3 +282,15 @@ def test_logs_status_and_diagnose_on_a_long_multibyte_log(dep: Deployment) -> No
     assert cut == ["E" * 100 + " …[line cut at 100 chars]"], [c[:120] for c in cut]
     assert all(len(ln) <= 100 + 30 for ln in shown), max(len(ln) for ln in shown)
     assert logs.seconds < 30, logs.describe()
+
+
+@pytest.mark.parametrize("task", ["deploy", "status", "preflight", "diagnose"])
+def test_json_is_one_json_document_even_when_the_host_cannot_be_reached(
+    dep: Deployment, task: str
+) -> None:
+    closed = dataclasses.replace(dep.sshd, port=free_port())
+    run = run_fab(closed, task, "--json", config=dep.config(connect_timeout=3))
+    assert run.returncode == 1 and "Traceback" not in run.output, run.describe()
+    doc = json.loads(run.stdout)
+    text = json.dumps(doc)
+    assert "connection refused" in text, doc
