@@ -607,6 +607,8 @@ def verify(
     while True:
         out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
         facts = vfy.parse_poll(out.stdout, decoder)
+        if facts.log_exists and facts.log_size < state.offset:  # a new log: nothing pending
+            decoder = vfy.log_decoder()
         verdict = state.feed_poll(facts, clock() - start)
         if verdict.probe_due and not verdict.done:
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
