@@ -257,6 +257,7 @@ class Host:
         timeout: float | None = None,
         hint: str = "",
         mutating: bool = True,
+        show_stderr: bool = False,
     ) -> Output:
         """Run one single-line command. Raises StepFailed on a non-zero exit when ``check``.
 
@@ -267,6 +268,7 @@ class Host:
         command, whatever ``check`` says.
 
         In dry mode a ``mutating`` command is only printed and "succeeds" with no output.
+        ``show_stderr``: the command's stderr (its progress) is shown as it comes, and kept.
         """
         command = one_line(command)
         if self.dry and mutating:
@@ -290,7 +292,7 @@ class Host:
         try:
             result = self.c.run(
                 with_timeout(command, limit),
-                hide=True,
+                hide="stdout" if show_stderr else True,
                 warn=True,
                 pty=False,
                 in_stream=False,

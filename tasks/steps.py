@@ -768,6 +768,7 @@ def diagnose_host_log(
         check=False,
         mutating=False,
         timeout=max(600.0, p.command_timeout),
+        show_stderr=progress is not None,
     )
     answer = _last_json(out.stdout) if out.ok else None
     if answer is not None and "missing" in answer:
