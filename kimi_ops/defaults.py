@@ -45,10 +45,15 @@ DEFAULTS: dict[str, Any] = {
     "extra_args": [],
     # Where the script, pidfile and logs live on the host ("~" is the login user's home).
     "run_dir": "~/kimi-ops",
+    # How many launches' logs (logs/<launch id>.log) to keep in run_dir; older ones are deleted
+    # at each launch (the current launch's log and the one before are never deleted).
+    "keep_logs": 10,
     # Seconds verify waits for a ready server, and for a silent log before calling it stalled.
     "startup_timeout": 1800,
     "stall_timeout": 900,
     "poll_interval": 2.0,
+    # `fab logs` shows at most this many characters of a line (the rest is marked as cut).
+    "log_line_limit": 2000,
     # Seconds kill-stale and stop wait between SIGTERM and SIGKILL.
     "grace_seconds": 20.0,
     # Where vLLM's leaked shared memory (psm_*, sem.mp-*) lives; clean-shm looks only here.
@@ -65,10 +70,26 @@ DEFAULTS: dict[str, Any] = {
     "api_key_env": None,
     # Local environment variables whose values are passed to the server via the 0600 env file.
     "secret_env": ["HF_TOKEN"],
+    # A kimi.env value whose NAME contains one of these (any case) is a secret: it goes only to
+    # the 0600 env file and is shown as *** everywhere else.
+    "secret_patterns": [
+        "TOKEN",
+        "KEY",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "AUTH",
+        "PRIVATE",
+    ],
     # SSH host-key policy: "reject" unknown/changed keys (default), or "accept-new".
     "host_key_policy": "reject",
     "known_hosts": "~/.ssh/known_hosts",
     "connect_timeout": 10.0,
+    # Seconds any one remote command may take (unless the step sets its own): the host ends it
+    # with coreutils `timeout` (SIGTERM, SIGKILL 5 s later) and the step fails naming it.
+    "command_timeout": 120.0,
     "standin": dict(STANDIN_DEFAULTS),
     # Fleet settings.
     "hosts": [],
@@ -87,6 +108,8 @@ LOCK_FILE = "kimi-ops.lock"
 PROBE_SCRIPT = "kimi_probe.py"
 STANDIN_SCRIPT = "kimi_standin.py"
 STANDIN_CONFIG = "standin.json"
+DIAGNOSE_MODULE = "kimi_diagnose.py"  # kimi_ops/diagnose.py, for `fab diagnose` on the host
+DIAGNOSE_RUNNER = "kimi_diagnose_run.py"
 
 #: Backups of the model's config files written by patch-kv-config.
 BACKUP_SUFFIX = ".kimi-ops.orig"

@@ -493,6 +493,16 @@ def _python_exists_command(python: str) -> str:
     return f"command -v {word}"
 
 
+def nvidia_smi_command(profile: Profile) -> str:
+    """``nvidia-smi``, or with the stand-in engine the stand-in answering for its emulated GPUs
+    (``PYTHON RUN_DIR/kimi_standin.py nvidia-smi``)."""
+    if profile.is_standin:
+        python = _sh_path(profile.python)
+        run_dir = _sh_path(profile.run_dir)
+        return f"{python} {_join(run_dir, shlex.quote(STANDIN_SCRIPT))} nvidia-smi"
+    return "nvidia-smi"
+
+
 def gather_command(profile: Profile) -> str:
     """One single-line POSIX sh command printing every preflight fact as a marked section.
 
@@ -508,12 +518,11 @@ def gather_command(profile: Profile) -> str:
     run_dir = _sh_path(profile.run_dir)
     gpu_args = " ".join(shlex.quote(a) for a in gpu_query_args())
     app_args = " ".join(shlex.quote(a) for a in compute_apps_query_args())
+    nvidia_smi = nvidia_smi_command(profile)
     if profile.is_standin:
         standin = f"{python} {_join(run_dir, shlex.quote(STANDIN_SCRIPT))}"
-        nvidia_smi = f"{standin} nvidia-smi"
         vllm_version = f"{standin} vllm-version"
     else:
-        nvidia_smi = "nvidia-smi"
         vllm_version = f"{python} -c {shlex.quote(VLLM_VERSION_SCRIPT)}"
 
     def cat_json(name: str) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from . import compat
 from .cpu import CpuFacts, MemoryNode, clamp_to_cgroup
 from .facts import CONFIG_BACKUP, HF_QUANT_BACKUP, Gpu, GpuProcess, HostFacts
+from .redact import DEFAULT_SECRET_PATTERNS, redact_env
 
 if TYPE_CHECKING:
     from .profile import Profile
@@ -84,9 +85,14 @@ def failed(checks: Sequence[Check]) -> list[Check]:
     return [c for c in checks if c.status == "fail"]
 
 
-def preflight_report(checks: Sequence[Check], plan: Plan) -> dict[str, Any]:
-    """``{"checks": [{"name", "status", "detail"}, ...], "plan": {...}}`` (JSON-serialisable)."""
-    return {"checks": [c.to_dict() for c in checks], "plan": plan.to_dict()}
+def preflight_report(
+    checks: Sequence[Check], plan: Plan, secret_patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS
+) -> dict[str, Any]:
+    """``{"checks": [{"name", "status", "detail"}, ...], "plan": {...}}`` (JSON-serialisable);
+    the plan's secret-named env values are shown as ``***``."""
+    out = plan.to_dict()
+    out["env"] = redact_env(plan.env, secret_patterns)
+    return {"checks": [c.to_dict() for c in checks], "plan": out}
 
 
 # --- helpers ----------------------------------------------------------------------------------

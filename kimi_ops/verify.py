@@ -7,6 +7,9 @@ list, one chat completion with max_tokens=1). Ready means the completion answere
 
 from __future__ import annotations
 
+import base64
+import binascii
+import codecs
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,7 +26,9 @@ CRASH_EXIT_GRACE = 10.0
 
 
 def poll_command(run_dir: str, offset: int, max_bytes: int = MAX_POLL_BYTES) -> str:
-    """One line: the pidfile's PID and its command line, the log size, then the new log bytes."""
+    """One line: the pidfile's PID and its command line, the log size, then the new log bytes
+    in base64 (a read may end inside a UTF-8 character: the bytes arrive as they are, and the
+    caller's incremental decoder joins the character with the next poll's bytes)."""
     r = q(run_dir.rstrip("/") or "/")
     log = f"{r}/{CURRENT_LOG}"
     off = int(offset)
@@ -35,8 +40,13 @@ def poll_command(run_dir: str, offset: int, max_bytes: int = MAX_POLL_BYTES) -> 
         f"n=$((s-{off})); if [ $n -gt {int(max_bytes)} ]; then n={int(max_bytes)}; fi; "
         "if [ $n -lt 0 ]; then n=0; fi; "
         'echo "size=$s"; echo "read=$n"; echo @@log; '
-        f'if [ "$n" -gt 0 ]; then tail -c +{off + 1} {log} | head -c "$n"; fi'
+        f'if [ "$n" -gt 0 ]; then tail -c +{off + 1} {log} | head -c "$n" | base64 -w0; fi'
     )
+
+
+def log_decoder() -> codecs.IncrementalDecoder:
+    """The decoder for one log read in pieces (UTF-8; invalid bytes become U+FFFD)."""
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
 
 
 @dataclass(frozen=True)
@@ -54,10 +64,17 @@ class PollFacts:
         return self.log_size >= 0
 
 
-def parse_poll(text: str) -> PollFacts:
-    head, sep, chunk = text.partition("@@log\n")
+def parse_poll(text: str, decoder: codecs.IncrementalDecoder | None = None) -> PollFacts:
+    """What a :func:`poll_command` printed. Pass the same ``decoder`` (:func:`log_decoder`) for
+    every poll of one log, so a character split between two polls is decoded whole."""
+    head, sep, encoded = text.partition("@@log\n")
     if not sep:
-        head, chunk = text, ""
+        head, encoded = text, ""
+    try:
+        data = base64.b64decode(encoded.strip(), validate=False)
+    except (binascii.Error, ValueError):
+        data = b""
+    chunk = (decoder or log_decoder()).decode(data)
     values: dict[str, str] = {}
     for line in head.splitlines():
         key, eq, value = line.partition("=")

@@ -10,23 +10,24 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from invoke import Context, Task, task
 from invoke.exceptions import Exit
 
-from kimi_ops.diagnose import LogDiagnoser
+from kimi_ops.diagnose import Diagnosis, LogDiagnoser
 from kimi_ops.errors import KimiOpsError
 from kimi_ops.result import format_result, skipped
 
-from . import steps
+from . import masking, steps
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
-from .host import is_connection
+from .host import host_names, is_connection
 from .lock import HostLock
 from .report import FleetBoard, Reporter
-from .session import Session, load, session
+from .session import Session, kimi_config, load, session
 
 #: Profile keys every deployment task accepts as flags: name -> help.
 COMMON_FLAGS: dict[str, str] = {
@@ -72,13 +73,24 @@ def kimi_task(
     if dry:
         own["dry"] = (False, "print the commands and diffs; change nothing")
     if fleet:
-        own.setdefault("json", (False, "with several hosts: print the recap as JSON"))
+        own.setdefault("json", (False, "print the result as one JSON document (the recap)"))
         own["fail_fast"] = (False, "with several hosts: stop the others at the first failure")
 
     def decorate(fn: Callable[..., None]) -> Task:
         def run(c: Context, ov: dict[str, Any], mine: dict[str, Any], **extra: Any) -> None:
             is_dry = bool(mine.pop("dry", False))
             quiet = bool(mine.get("json", False))
+            if task_json and quiet and "reporter" not in extra:
+                extra["reporter"] = Reporter(None, quiet=True)
+                with json_on_failure(step, extra["reporter"]):
+                    run_session(c, ov, mine, is_dry, quiet, **extra)
+            else:
+                run_session(c, ov, mine, is_dry, quiet, **extra)
+
+        def run_session(
+            c: Context, ov: dict[str, Any], mine: dict[str, Any], is_dry: bool, quiet: bool,
+            **extra: Any,
+        ) -> None:  # fmt: skip
             with session(c, ov, step=step, dry=is_dry, quiet=quiet, **extra) as s:
                 if lock:
                     with HostLock(s.host, s.profile.run_dir, step):
@@ -90,12 +102,17 @@ def kimi_task(
             fleet_hosts = kw.pop("fleet_hosts", None)
             mine = {k: kw.pop(k) for k in list(kw) if k in own}
             ov = overrides(kw)
+            masking.install(kimi_config(c), ov)
             fail_fast = bool(mine.pop("fail_fast", False))
             as_json = bool(mine.get("json", False))
             if fleet and not task_json:
                 mine.pop("json", None)
             if fleet:
-                specs = fleet_hosts or ([] if is_connection(c) else fleet_specs(c, ov, step))
+                specs = fleet_hosts or (
+                    [] if is_connection(c) else fleet_specs(c, ov, step, as_json)
+                )
+                if not specs and as_json and not task_json:
+                    specs = [c]  # one host: --json still prints the recap, as JSON
                 if specs:
                     mine.pop("json", None)  # per host: step lines; the recap is the JSON
                     rolling = int(mine.pop("rolling", 0) or 0) if step == "deploy" else 0
@@ -114,14 +131,38 @@ def kimi_task(
         body.__doc__ = fn.__doc__
         body.__module__ = fn.__module__
         helps = {**COMMON_FLAGS, **{k: h for k, (_, h) in own.items()}}
-        return task(help=helps)(body)
+        return task(help=helps, auto_shortflags=False)(body)  # long flags only: see README
 
     return decorate
 
 
-def fleet_specs(c: Context, ov: dict[str, Any], step: str) -> list[str]:
+def print_json_error(step: str, message: str, hint: str = "") -> None:
+    """The one JSON document of a --json run that failed before it had anything else."""
+    print(_dumps({"task": step, "error": message, "hint": hint}), flush=True)
+
+
+@contextmanager
+def json_on_failure(step: str, reporter: Reporter) -> Iterator[None]:
+    """With --json, a task that fails before it printed its document (no connection, a bad
+    profile, a step that raised) still prints one: ``{"task", "error", "hint"}``."""
+    try:
+        yield
+    except Exit:
+        bad = [r for r in reporter.results if r.failed]
+        if bad:
+            print_json_error(step, bad[-1].message, bad[-1].hint)
+        raise
+
+
+def fleet_specs(c: Context, ov: dict[str, Any], step: str, as_json: bool = False) -> list[str]:
     """``kimi.hosts`` (when the task runs without -H)."""
-    return list(load(c, ov).hosts)
+    try:
+        return list(load(c, ov).hosts)
+    except KimiOpsError as exc:
+        if as_json:
+            print_json_error(step, exc.message, exc.hint)
+        hint = f"\n  hint: {exc.hint}" if exc.hint else ""
+        raise Exit(f"error: {step}: {exc.message}{hint}", code=1) from None
 
 
 def run_on_fleet(
@@ -137,9 +178,14 @@ def run_on_fleet(
 ) -> None:
     """Run the task on every host concurrently, then print the recap (exit 1 if any failed)."""
     try:
-        parallel = load(c, ov).parallel  # validated once, before any host is contacted
+        profile = load(c, ov)  # validated once, before any host is contacted
+        run_hosts = [host_names(connection_for(c, s)) for s in specs]
+        profile.check_override_keys(run_hosts)
     except KimiOpsError as exc:
+        if as_json:
+            print_json_error(step, exc.message, exc.hint)
         raise Exit(f"error: {step}: {exc.message}", code=1) from None
+    parallel = profile.parallel
 
     board = (
         FleetBoard([host_name(s) for s in specs]) if sys.stdout.isatty() and not as_json else None
@@ -152,12 +198,13 @@ def run_on_fleet(
         reporters.append(reporter)
         outcome = HostOutcome(host_name(spec))
         try:
-            run(conn, ov, dict(mine), reporter=reporter, cancel=cancel)
+            run(conn, ov, dict(mine), reporter=reporter, cancel=cancel, run_hosts=run_hosts)
             outcome.result = "ready" if step in ("deploy", "verify") else "ok"
         except Exit:
             outcome.result = "failed"
         finally:
-            conn.close()
+            if is_connection(conn):
+                conn.close()
         bad = [r for r in reporter.results if r.failed]
         last = bad[-1] if bad else (reporter.results[-1] if reporter.results else None)
         if last is not None:
@@ -314,6 +361,7 @@ def stop(s: Session) -> None:
 
 @task(
     name="diagnose",
+    auto_shortflags=False,
     help={
         "log": "a local log file to read (default: the current log on the host)",
         "json": "print the diagnosis as JSON",
@@ -322,6 +370,7 @@ def stop(s: Session) -> None:
 def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> None:
     """Name the cause of a failed (or slow) vLLM launch from its log, with the fix."""
     as_json = json
+    masking.install(kimi_config(c))
     if log:
         path = Path(log)
         if not path.is_file():
@@ -330,21 +379,29 @@ def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> Non
         with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
             while chunk := fh.read(1 << 20):
                 diagnoser.feed(chunk)
-        print_diagnosis(diagnoser, as_json, source=str(path))
+        print_diagnosis(diagnoser.diagnosis(), as_json, source=str(path))
         return
-    with session(c, step="diagnose", quiet=as_json) as s:
-        print_diagnosis(steps.diagnose_host_log(s.host, s.profile), as_json, s.host.name)
+    reporter = Reporter(None, quiet=as_json)
+    with (
+        json_on_failure("diagnose", reporter) if as_json else nullcontext(),
+        session(c, step="diagnose", quiet=as_json, reporter=reporter) as s,
+    ):
+        d = steps.diagnose_host_log(s.host, s.profile, progress=_progress)
+        print_diagnosis(d, as_json, s.host.name)
 
 
-def print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
+def _progress(text: str) -> None:
+    print(f"diagnose: {text}", file=sys.stderr, flush=True)
+
+
+def print_diagnosis(d: Diagnosis, as_json: bool, source: str) -> None:
     try:
-        _print_diagnosis(diagnoser, as_json, source)
+        _print_diagnosis(d, as_json, source)
     except BrokenPipeError:  # `fab diagnose --log X | head`: the reader left; that is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
-    d = diagnoser.diagnosis()
+def _print_diagnosis(d: Diagnosis, as_json: bool, source: str) -> None:
     if as_json:
         print(_dumps({"source": source, **d.to_dict()}))
         return

@@ -23,6 +23,8 @@ from fabric import Connection, Executor
 from invoke import Context
 from invoke.exceptions import Exit
 
+from .host import host_label
+
 #: Tasks that run on many hosts at once.
 FLEET_TASKS = frozenset({"deploy", "verify", "status", "stop", "preflight"})
 
@@ -60,14 +62,20 @@ class HostOutcome:
     report: dict[str, Any] | None = None  # preflight's {"checks", "plan"} for this host
 
 
-def connection_for(c: Context, spec: dict[str, Any] | str) -> Connection:
-    """A Connection for one host (from -H's parsed form, or a ``kimi.hosts`` string)."""
+def connection_for(c: Context, spec: Any) -> Any:
+    """A Connection for one host (from -H's parsed form, or a ``kimi.hosts`` string); a
+    Context or Connection given as the spec is the host itself (a one-host run)."""
+    if isinstance(spec, Context):
+        return spec
     if isinstance(spec, str):
         return Connection(spec, config=c.config)
     return Connection(config=c.config, **spec)
 
 
-def host_name(spec: dict[str, Any] | str) -> str:
+def host_name(spec: Any) -> str:
+    """The host as the user typed it (the same name in every line and in the recap)."""
+    if isinstance(spec, Context):
+        return host_label(spec)
     if isinstance(spec, str):
         return spec
     port = spec.get("port")

@@ -18,12 +18,14 @@ from importlib import resources
 from typing import Any
 
 from kimi_ops import facts as facts_mod
-from kimi_ops import kvpatch, procs, shm
+from kimi_ops import kvpatch, logview, procs, shm
 from kimi_ops import script as launch_script
 from kimi_ops import verify as vfy
 from kimi_ops.cpu import STATUS_MEMORY_COMMAND, memory_status, memory_status_line
 from kimi_ops.defaults import (
     CURRENT_LOG,
+    DIAGNOSE_MODULE,
+    DIAGNOSE_RUNNER,
     ENV_FILE,
     LAUNCH_ID_FILE,
     LAUNCH_SCRIPT,
@@ -33,7 +35,7 @@ from kimi_ops.defaults import (
     STANDIN_CONFIG,
     STANDIN_SCRIPT,
 )
-from kimi_ops.diagnose import LogDiagnoser, diagnose
+from kimi_ops.diagnose import Diagnosis, LogDiagnoser, diagnose
 from kimi_ops.errors import StepFailed
 from kimi_ops.facts import HostFacts
 from kimi_ops.preflight import Check, Plan, build_plan, preflight_report, run_checks
@@ -274,6 +276,8 @@ def _restore(h: Host, p: Profile, files: dict[str, FileInfo], step: str) -> Step
 def _resource(name: str) -> bytes:
     if name == STANDIN_SCRIPT:
         return resources.files("kimi_ops").joinpath("standin.py").read_bytes()
+    if name == DIAGNOSE_MODULE:
+        return resources.files("kimi_ops").joinpath("diagnose.py").read_bytes()
     return resources.files("tasks.remote").joinpath(name).read_bytes()
 
 
@@ -441,8 +445,10 @@ class PreflightOutcome:
     facts: HostFacts
     own_pids: tuple[int, ...]
 
+    secret_patterns: tuple[str, ...] = ()
+
     def report(self) -> dict[str, Any]:
-        return preflight_report(self.checks, self.plan)
+        return preflight_report(self.checks, self.plan, self.secret_patterns)
 
 
 def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...]]:
@@ -453,7 +459,6 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
         step=step,
         check=False,
         mutating=False,
-        timeout=120,
     )
     gathered, _, ps_text = out.stdout.rpartition("@@kimi-ops:ps\n")
     host_facts = facts_mod.parse_gathered(gathered)
@@ -475,7 +480,7 @@ def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutco
     lines += [f"plan: {note}" for note in plan.notes]
     bad = [c for c in checks if c.status == "fail"]
     warn = [c for c in checks if c.status == "warn"]
-    data = {"report": preflight_report(checks, plan)}
+    data = {"report": preflight_report(checks, plan, p.secret_patterns)}
     if bad:
         res = failed(
             step,
@@ -487,7 +492,7 @@ def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutco
     else:
         extra = f", {len(warn)} warning(s)" if warn else ""
         res = ok(step, f"{len(checks)} checks passed{extra}", lines=tuple(lines), data=data)
-    return PreflightOutcome(res, checks, plan, host_facts, own)
+    return PreflightOutcome(res, checks, plan, host_facts, own, p.secret_patterns)
 
 
 # --- launch -----------------------------------------------------------------------------------
@@ -514,10 +519,10 @@ def launch(
         return skipped(
             step,
             "dry run: would start the server detached",
-            lines=(launch_script.launch_command(r, launch_id),),
+            lines=(launch_script.launch_command(r, launch_id, p.keep_logs),),
         )
     started = time.monotonic()
-    out = h.run(launch_script.launch_command(r, launch_id), step=step, check=False)
+    out = h.run(launch_script.launch_command(r, launch_id, p.keep_logs), step=step, check=False)
     if "@@no-script" in out.stdout:
         return failed(
             step,
@@ -599,9 +604,12 @@ def verify(
     )
     start = clock()
     probe = _probe_command(p)
+    decoder = vfy.log_decoder()
     while True:
         out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
-        facts = vfy.parse_poll(out.stdout)
+        facts = vfy.parse_poll(out.stdout, decoder)
+        if facts.log_exists and facts.log_size < state.offset:  # a new log: nothing pending
+            decoder = vfy.log_decoder()
         verdict = state.feed_poll(facts, clock() - start)
         if verdict.probe_due and not verdict.done:
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
@@ -644,9 +652,9 @@ def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
         f"{STATUS_MEMORY_COMMAND}; "
         'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
         'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
-        'if command -v nvidia-smi >/dev/null 2>&1; then echo "gpu=$(nvidia-smi '
+        f'echo "gpu=$({facts_mod.nvidia_smi_command(p)} '
         "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
-        "| tr '\\n' ';')\"; fi; "
+        "| tr '\\n' ';')\"; "
         f"echo @@log; tail -c 262144 {q(r + '/' + CURRENT_LOG)} 2>/dev/null; true",
         step=step,
         mutating=False,
@@ -691,8 +699,16 @@ def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
 
 
 def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
+    """The last ``lines`` lines of the current log, each cut to ``kimi.log_line_limit``
+    characters (the host sends at most that many bytes of a line: ``cut -b``)."""
     path = f"{_run_dir(p)}/{CURRENT_LOG}"
-    out = h.run(f"tail -n {int(lines)} {q(path)}", step=step, check=False, mutating=False)
+    out = h.run(
+        f"test -e {q(path)} && tail -n {int(lines)} {q(path)} "
+        f"| cut -b 1-{logview.host_byte_limit(p.log_line_limit)}",
+        step=step,
+        check=False,
+        mutating=False,
+    )
     if not out.ok:
         raise StepFailed(
             step,
@@ -701,7 +717,7 @@ def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
             stderr=out.stderr,
             hint="nothing has been launched yet (`fab deploy`)",
         )
-    return out.stdout
+    return logview.cap_lines(out.stdout, p.log_line_limit)
 
 
 def follow_log(
@@ -713,39 +729,116 @@ def follow_log(
     sleep: Sleep = time.sleep,
     until: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Print new log bytes as they arrive (reads from an offset; Ctrl-C ends it)."""
+    """Print new log bytes as they arrive (reads from an offset; Ctrl-C ends it), each line
+    cut to ``kimi.log_line_limit`` characters."""
     r = _run_dir(p)
     offset = -1
+    decoder, capper = vfy.log_decoder(), logview.LineCapper(p.log_line_limit)
     while not until():
         if offset < 0:
             size = h.run(vfy.poll_command(r, 0, 0), step=step, mutating=False)
             offset = max(0, vfy.parse_poll(size.stdout).log_size)
         out = h.run(vfy.poll_command(r, offset), step=step, mutating=False)
-        facts = vfy.parse_poll(out.stdout)
+        facts = vfy.parse_poll(out.stdout, decoder)
         if facts.log_size >= 0 and facts.log_size < offset:
             offset = 0
+            decoder = vfy.log_decoder()
             continue
         if facts.read:
-            write(facts.chunk)
+            write(capper.feed(facts.chunk))
             offset += facts.read
         else:
             sleep(p.poll_interval)
 
 
-def diagnose_host_log(h: Host, p: Profile, *, step: str = "diagnose") -> LogDiagnoser:
+def diagnose_host_log(
+    h: Host,
+    p: Profile,
+    *,
+    step: str = "diagnose",
+    progress: Callable[[str], None] | None = None,
+) -> Diagnosis:
+    """The diagnosis of the host's current log, made ON the host: kimi_ops/diagnose.py and a
+    small runner are uploaded to run_dir and run with the profile's python, which reads the log
+    where it lies and prints the diagnosis as JSON (a log of gigabytes answers in seconds, not
+    after crossing SSH). If that python cannot run it, the log is streamed here instead, with
+    ``progress`` told how far it got."""
+    r = _run_dir(p)
+    context = {"port": p.port, "served_model_name": p.served_model_name}
+    files = {n: (_resource(n), 0o600) for n in (DIAGNOSE_MODULE, DIAGNOSE_RUNNER)}
+    sync_files(h, p, files, step=step)
+    out = h.run(
+        f"{q(p.python)} {q(f'{r}/{DIAGNOSE_RUNNER}')} {q(f'{r}/{CURRENT_LOG}')} "
+        f"{q(json.dumps(context))}",
+        step=step,
+        check=False,
+        mutating=False,
+        timeout=max(600.0, p.command_timeout),
+        show_stderr=progress is not None,
+    )
+    answer = _last_json(out.stdout) if out.ok else None
+    if answer is not None and "missing" in answer:
+        raise _no_log(step, r)
+    if answer is not None and isinstance(answer.get("diagnosis"), dict):
+        return diagnosis_from_dict(answer["diagnosis"])
+    if progress is not None:
+        why = (out.stderr.strip().splitlines() or [f"exit status {out.exited}"])[-1]
+        progress(f"cannot diagnose on the host ({why[:200]}): streaming the log here")
+    return stream_diagnose_host_log(h, p, step=step, progress=progress).diagnosis()
+
+
+def _no_log(step: str, run_dir: str) -> StepFailed:
+    return StepFailed(
+        step,
+        f"no log at {run_dir}/{CURRENT_LOG}",
+        hint="nothing has been launched yet (`fab deploy`)",
+    )
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def diagnosis_from_dict(d: dict[str, Any]) -> Diagnosis:
+    """A :class:`Diagnosis` back from its ``to_dict`` form."""
+    return Diagnosis(
+        label=str(d.get("label", "unknown")),
+        stage=d.get("stage"),
+        progress=d.get("progress"),
+        evidence=tuple(d.get("evidence") or ()),
+        hint=str(d.get("hint", "")),
+        summary=str(d.get("summary", "")),
+        facts=dict(d.get("facts") or {}),
+    )
+
+
+def stream_diagnose_host_log(
+    h: Host,
+    p: Profile,
+    *,
+    step: str = "diagnose",
+    progress: Callable[[str], None] | None = None,
+) -> LogDiagnoser:
     """Stream the host's current log through the diagnosis, a bounded chunk per round trip."""
     r = _run_dir(p)
     diagnoser = LogDiagnoser({"port": p.port, "served_model_name": p.served_model_name})
+    decoder = vfy.log_decoder()
     offset = 0
     while True:
-        facts = vfy.parse_poll(h.run(vfy.poll_command(r, offset), step=step, mutating=False).stdout)
+        facts = vfy.parse_poll(
+            h.run(vfy.poll_command(r, offset), step=step, mutating=False).stdout, decoder
+        )
         if not facts.log_exists:
-            raise StepFailed(
-                step,
-                f"no log at {r}/{CURRENT_LOG}",
-                hint="nothing has been launched yet (`fab deploy`)",
-            )
+            raise _no_log(step, r)
         diagnoser.feed(facts.chunk)
         offset += facts.read
+        if progress is not None and facts.log_size > 0:
+            progress(f"read {offset / 2**20:.0f} of {facts.log_size / 2**20:.0f} MiB")
         if facts.read < vfy.MAX_POLL_BYTES:
             return diagnoser

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 
@@ -166,7 +167,8 @@ def test_launch_reports_pid_and_log() -> None:
 def _poll(pid: int | None, alive: bool, size: int, chunk: str) -> Reply:
     head = f"pid={pid or ''}\n" + (f"args={SERVER}\n" if alive else "")
     read = len(chunk.encode())
-    return Reply(f"{head}size={size}\nread={read}\n@@log\n{chunk}")
+    encoded = base64.b64encode(chunk.encode()).decode()  # the poll sends the bytes in base64
+    return Reply(f"{head}size={size}\nread={read}\n@@log\n{encoded}")
 
 
 READY_LOG = (
