@@ -13,7 +13,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import compat
+from packaging.specifiers import SpecifierSet
+
+from . import compat, sizing
 from .facts import CONFIG_BACKUP, HF_QUANT_BACKUP, Gpu, GpuProcess, HostFacts
 
 if TYPE_CHECKING:
@@ -67,10 +69,14 @@ class Plan:
     compute_capability: str | None = None
     vllm_version: str | None = None
     is_mla: bool | None = None
+    sizing: sizing.Sizing | None = None
+    sizing_error: str = ""
+    max_model_len_mode: str = "default"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable mapping of every field."""
         out = asdict(self)
+        out["sizing"] = self.sizing.to_dict() if self.sizing is not None else None
         out["launch_args"] = list(self.launch_args)
         out["notes"] = list(self.notes)
         out["env"] = dict(self.env)
@@ -435,6 +441,51 @@ def _check_remove_ipc(profile: Profile, facts: HostFacts) -> Check:
     )
 
 
+def _check_kv_cache_fit(profile: Profile, facts: HostFacts) -> Check:
+    """Whether one request of max_model_len fits the estimated KV budget (see kimi_ops.sizing)."""
+    plan = build_plan(profile, facts)
+    est = plan.sizing
+    if est is None:
+        return Check("kv_cache_fit", "warn", f"not estimated: {plan.sizing_error}")
+    summary = est.summary()
+    auto = plan.max_model_len_mode == "vllm-auto"
+    if est.kv_budget_bytes is None:
+        return Check("kv_cache_fit", "warn", f"not estimated ({'; '.join(est.notes)}): {summary}")
+    if not est.capacity_tokens:
+        return Check(
+            "kv_cache_fit",
+            "fail",
+            f"no room for the KV cache: {summary}; use more GPUs (tensor_parallel_size), raise "
+            "--gpu-memory-utilization or free GPU memory",
+        )
+    if est.max_model_len is None:
+        return Check("kv_cache_fit", "pass", f"max_model_len unknown; {summary}")
+    length = f"{est.max_model_len:,} tokens ({est.max_model_len_source})"
+    if auto:
+        return Check(
+            "kv_cache_fit",
+            "pass",
+            f"vLLM chooses the length (--max-model-len auto); estimated largest "
+            f"{est.largest_max_model_len:,}; {summary}",
+        )
+    if est.fits is False:
+        need = (est.kv_bytes_per_request or 0) / GIB
+        return Check(
+            "kv_cache_fit",
+            "fail",
+            f"one request of {length} needs {need:.1f} GiB of KV cache per GPU, more than the "
+            f"estimated budget: {summary}; the largest max_model_len that fits is "
+            f"{est.largest_max_model_len:,} (set kimi.max_model_len to it, or to auto)",
+        )
+    if est.tight:
+        return Check(
+            "kv_cache_fit",
+            "warn",
+            f"{length} fits with little margin for the estimate's error: {summary}",
+        )
+    return Check("kv_cache_fit", "pass", f"{length} fits: {summary}")
+
+
 def run_checks(
     profile: Profile, facts: HostFacts, *, own_pids: Collection[int] = ()
 ) -> list[Check]:
@@ -449,6 +500,7 @@ def run_checks(
     checks += _check_gpu_processes(profile, facts, own)
     checks.append(_check_vllm(profile, facts))
     checks += _check_model(profile, facts)
+    checks.append(_check_kv_cache_fit(profile, facts))
     checks.append(_check_port(profile, facts, own))
     checks.append(_check_disk(profile, facts))
     checks.append(_check_shm(profile, facts, own))
@@ -472,6 +524,90 @@ def _original_configs(
         facts.hf_quant_config_orig if HF_QUANT_BACKUP in facts.backups else facts.hf_quant_config
     )
     return config, hf_quant, patched
+
+
+#: vLLM versions with ``--max-model-len auto`` (vllm-project/vllm#29431, merged 2025-11-25 after
+#: 0.11.2; 0.13.0 is the first release certain to have it, it may be in 0.12.0). Older versions
+#: get the length the sizing estimate computes.
+MAX_MODEL_LEN_AUTO = SpecifierSet(">=0.13.0")
+
+
+def _weights_bytes(facts: HostFacts) -> int | None:
+    files = facts.model_files
+    if files is None:
+        return None
+    if facts.index_shards is not None:
+        if any(s not in files for s in facts.index_shards):
+            return None
+        return sum(files[s] for s in facts.index_shards)
+    return files.get("model.safetensors")
+
+
+def _gpu_memory_bytes(profile: Profile, facts: HostFacts) -> int | None:
+    gpus = sorted(facts.gpus or [], key=lambda g: g.index)[: profile.tensor_parallel_size]
+    totals = [g.memory_total_mib for g in gpus]
+    if not gpus or any(t is None for t in totals):
+        return None
+    return min(t for t in totals if t is not None) * sizing.MIB
+
+
+def _plan_sizing(
+    profile: Profile,
+    facts: HostFacts,
+    kv_dtype: str,
+    version: Any,
+    args: Sequence[str],
+    env: dict[str, str],
+) -> tuple[sizing.Sizing | None, str, tuple[str, ...], str, list[str]]:
+    """(estimate, why none, extra launch args, max_model_len mode, notes)."""
+    config = facts.config_json or facts.config_json_orig
+    if config is None:
+        return None, "no config.json", (), "default", []
+    device: sizing.Device = "cpu" if getattr(profile, "device", "cuda") == "cpu" else "cuda"
+    wanted: int | str | None = profile.max_model_len
+    source = "kimi.max_model_len"
+    if wanted is None:
+        wanted = sizing.max_model_len_arg(args)
+        source = "--max-model-len in extra_args"
+    common: dict[str, Any] = {
+        "kv_cache_dtype": kv_dtype,
+        "tp": profile.tensor_parallel_size,
+        "device": device,
+        "weights_bytes_total": _weights_bytes(facts),
+        "gpu_memory_bytes": _gpu_memory_bytes(profile, facts),
+        "utilization": sizing.gpu_memory_utilization(args),
+        "cpu_kvcache_space_bytes": sizing.cpu_kvcache_bytes(env),
+    }
+    try:
+        if isinstance(wanted, int):
+            est = sizing.estimate(
+                config, max_model_len=wanted, max_model_len_source=source, **common
+            )
+        else:
+            est = sizing.estimate(config, **common)
+    except ValueError as exc:
+        return None, str(exc), (), "default", []
+    if wanted != "auto":
+        extra = ("--max-model-len", str(wanted)) if profile.max_model_len is not None else ()
+        return est, "", extra, "fixed" if isinstance(wanted, int) else "default", []
+    from_profile = profile.max_model_len == "auto"
+    if version is not None and compat.in_range(version, MAX_MODEL_LEN_AUTO):
+        extra = ("--max-model-len", "auto") if from_profile else ()
+        note = f"vLLM {version} has --max-model-len auto: it picks the largest length that fits"
+        return est, "", extra, "vllm-auto", [note]
+    largest = est.largest_max_model_len
+    if not largest:
+        return est, "", (), "computed", ["max_model_len auto: no length fits the estimate"]
+    est = sizing.estimate(
+        config,
+        max_model_len=largest,
+        max_model_len_source=f"computed for max_model_len auto (vLLM {version or '?'} has no "
+        "--max-model-len auto)",
+        **common,
+    )
+    extra = ("--max-model-len", str(largest)) if from_profile else ()
+    note = f"max_model_len auto: using the estimated largest length that fits, {largest:,}"
+    return est, "", extra, "computed", [note]
 
 
 def build_plan(profile: Profile, facts: HostFacts) -> Plan:
@@ -574,11 +710,15 @@ def build_plan(profile: Profile, facts: HostFacts) -> Plan:
     chosen = compat.attention_backend_in_args(adjusted.args) or adjusted.env.get(
         "VLLM_ATTENTION_BACKEND"
     )
+    estimate, sizing_error, length_args, mode, length_notes = _plan_sizing(
+        profile, facts, effective_kv, version, adjusted.args, adjusted.env
+    )
+    notes.extend(length_notes)
     return Plan(
         patch_kv_config=patch,
         reason=reason,
         attention_backend=chosen,
-        launch_args=adjusted.args,
+        launch_args=adjusted.args + length_args,
         env=adjusted.env,
         notes=tuple(notes),
         restore_suggested=restore,
@@ -587,4 +727,7 @@ def build_plan(profile: Profile, facts: HostFacts) -> Plan:
         compute_capability=cc,
         vllm_version=str(version) if version is not None else None,
         is_mla=mla,
+        sizing=estimate,
+        sizing_error=sizing_error,
+        max_model_len_mode=mode,
     )
