@@ -543,12 +543,13 @@ def _weights_bytes(facts: HostFacts) -> int | None:
     return files.get("model.safetensors")
 
 
-def _gpu_memory_bytes(profile: Profile, facts: HostFacts) -> int | None:
+def _gpu_memory_bytes(profile: Profile, facts: HostFacts) -> tuple[int | None, str]:
+    """(the smallest total memory of the GPUs TP uses, their name)."""
     gpus = sorted(facts.gpus or [], key=lambda g: g.index)[: profile.tensor_parallel_size]
     totals = [g.memory_total_mib for g in gpus]
     if not gpus or any(t is None for t in totals):
-        return None
-    return min(t for t in totals if t is not None) * sizing.MIB
+        return None, ""
+    return min(t for t in totals if t is not None) * sizing.MIB, gpus[0].name
 
 
 def _plan_sizing(
@@ -569,12 +570,14 @@ def _plan_sizing(
     if wanted is None:
         wanted = sizing.max_model_len_arg(args)
         source = "--max-model-len in extra_args"
+    gpu_bytes, gpu_name = _gpu_memory_bytes(profile, facts)
     common: dict[str, Any] = {
         "kv_cache_dtype": kv_dtype,
         "tp": profile.tensor_parallel_size,
         "device": device,
         "weights_bytes_total": _weights_bytes(facts),
-        "gpu_memory_bytes": _gpu_memory_bytes(profile, facts),
+        "gpu_memory_bytes": gpu_bytes,
+        "gpu_name": gpu_name,
         "utilization": sizing.gpu_memory_utilization(args),
         "cpu_kvcache_space_bytes": sizing.cpu_kvcache_bytes(env),
     }

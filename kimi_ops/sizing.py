@@ -61,13 +61,31 @@ GPU_BLOCK_SIZE = 16
 #: a 2-layer MLA model at VLLM_CPU_KVCACHE_SPACE=1 is 1 GiB // (128 x 1152) // 2 blocks of 128).
 CPU_BLOCK_SIZE = 128
 #: Memory per GPU that is neither weights nor KV cache: the activation peak of vLLM's profiling
-#: run, non-torch memory and CUDA graphs. vLLM measures it; we assume this much. Measured values
-#: from published logs and profiles (GiB): 3.3 (Llama-3.1-8B on an RTX 3090, V0, 29000 batched
-#: tokens: peak_torch 17.98 - weights 14.99 + non_torch 0.35), 5.4 (Llama-3.3-70B-FP8, TP 2,
-#: activation 4.84 + non-torch 0.55), 7.4 (gpt-oss-120b on one H100: -2.14 GiB available after
-#: 65.97 GiB of weights at 0.9 of 79.18 GiB). 5 GiB is the middle of that range; a length that
-#: needs more than :data:`TIGHT_FRACTION` of the estimated budget only warns.
-GPU_OVERHEAD_BYTES = 5 * GIB
+#: run (a forward pass of max_num_batched_tokens), non-torch memory (NCCL, CUDA context growth),
+#: CUDA graphs, and the ~0.5 GiB that nvidia-smi's total shows but CUDA cannot allocate. vLLM
+#: measures it; we assume it, in the two tiers of vLLM's own defaults (``get_batch_defaults``:
+#: GPUs of 70 GiB or more, except A100, batch 8192 tokens per step for the API server, others
+#: 2048). Measured values it is taken from (GiB, non-weight non-KV memory): 8192-token tier: 5.4
+#: (Llama-3.3-70B-FP8, TP 2, H100: activation 4.84 + non-torch 0.55), 7.4 (gpt-oss-120b on one
+#: H100 80GB: -2.14 GiB available after 65.97 GiB of weights at 0.9 of 79.18 GiB), 7.9
+#: (gpt-oss-20b, H100); 2048-token tier: 2.2 (Qwen3-8B on one A10 choosing 20,272 tokens with
+#: --max-model-len auto, assuming 0.9 and 15.3 GiB of weights). A length that needs more than
+#: :data:`TIGHT_FRACTION` of the estimated budget only warns.
+GPU_OVERHEAD_BYTES = 6 * GIB
+SMALL_GPU_OVERHEAD_BYTES = int(2.5 * GIB)
+#: vLLM's threshold for its larger batch defaults (bytes of total GPU memory).
+LARGE_GPU_BYTES = 70 * GIB
+
+
+def default_overhead(gpu_memory_bytes: int | None, gpu_name: str = "") -> int:
+    """The overhead allowance for a GPU: :data:`GPU_OVERHEAD_BYTES` on GPUs where vLLM batches
+    8192 tokens by default (>= 70 GiB and not an A100), else :data:`SMALL_GPU_OVERHEAD_BYTES`."""
+    large = gpu_memory_bytes is not None and gpu_memory_bytes >= LARGE_GPU_BYTES
+    if large and "a100" not in gpu_name.lower():
+        return GPU_OVERHEAD_BYTES
+    return SMALL_GPU_OVERHEAD_BYTES
+
+
 #: A request needing more than this fraction of the estimated KV budget is "tight": it may or
 #: may not fit, given the error of the overhead estimate.
 TIGHT_FRACTION = 0.85
@@ -323,7 +341,8 @@ def estimate(
     max_model_len: int | None = None,
     max_model_len_source: str = "",
     cpu_kvcache_space_bytes: int | None = None,
-    overhead_bytes: int = GPU_OVERHEAD_BYTES,
+    overhead_bytes: int | None = None,
+    gpu_name: str = "",
 ) -> Sizing:
     """Estimate weights per GPU, KV per token and request, the budget, and what fits.
 
@@ -343,7 +362,12 @@ def estimate(
 
     block = CPU_BLOCK_SIZE if device == "cpu" else GPU_BLOCK_SIZE
     budget: int | None
-    overhead = 0 if device == "cpu" else overhead_bytes
+    if device == "cpu":
+        overhead = 0
+    elif overhead_bytes is None:
+        overhead = default_overhead(gpu_memory_bytes, gpu_name)
+    else:
+        overhead = overhead_bytes
     if device == "cpu":
         budget = cpu_kvcache_space_bytes
         if budget is None:
