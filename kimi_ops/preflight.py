@@ -441,7 +441,24 @@ def _check_remove_ipc(profile: Profile, facts: HostFacts) -> Check:
     )
 
 
-def _check_kv_cache_fit(profile: Profile, facts: HostFacts) -> Check:
+def _free_memory_short(profile: Profile, facts: HostFacts, est: sizing.Sizing) -> str:
+    """Why vLLM's startup check (free memory >= total x utilization) would fail, or ""."""
+    gpus = sorted(facts.gpus or [], key=lambda g: g.index)[: profile.tensor_parallel_size]
+    free = [(g.memory_free_mib, g.index) for g in gpus if g.memory_free_mib is not None]
+    if est.device != "cuda" or not free or est.gpu_memory_bytes is None:
+        return ""
+    least, index = min(free)
+    wanted = est.gpu_memory_bytes * est.gpu_memory_utilization
+    if least * sizing.MIB >= wanted:
+        return ""
+    return (
+        f"GPU {index} has {least * sizing.MIB / GIB:.1f} GiB free but vLLM wants "
+        f"{wanted / GIB:.1f} GiB (total x {est.gpu_memory_utilization:g}) free at startup "
+        "('Free memory on device ... is less than desired GPU memory utilization')"
+    )
+
+
+def _check_kv_cache_fit(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
     """Whether one request of max_model_len fits the estimated KV budget (see kimi_ops.sizing)."""
     plan = build_plan(profile, facts)
     est = plan.sizing
@@ -483,6 +500,9 @@ def _check_kv_cache_fit(profile: Profile, facts: HostFacts) -> Check:
             "warn",
             f"{length} fits with little margin for the estimate's error: {summary}",
         )
+    short = "" if own else _free_memory_short(profile, facts, est)
+    if short:
+        return Check("kv_cache_fit", "warn", f"{length} fits, but {short}: {summary}")
     return Check("kv_cache_fit", "pass", f"{length} fits: {summary}")
 
 
@@ -500,7 +520,7 @@ def run_checks(
     checks += _check_gpu_processes(profile, facts, own)
     checks.append(_check_vllm(profile, facts))
     checks += _check_model(profile, facts)
-    checks.append(_check_kv_cache_fit(profile, facts))
+    checks.append(_check_kv_cache_fit(profile, facts, own))
     checks.append(_check_port(profile, facts, own))
     checks.append(_check_disk(profile, facts))
     checks.append(_check_shm(profile, facts, own))

@@ -356,3 +356,40 @@ def test_preflight_step_refuses_before_anything_is_killed() -> None:
     sizing_data = outcome.report()["plan"]["sizing"]
     assert sizing_data["fits"] is False and sizing_data["largest_max_model_len"] < 262144
     assert not conn.ran(r"kill|pkill")
+
+
+def test_cpu_device_preflight_matches_the_real_engines_figure() -> None:
+    """With a ``device: cpu`` profile (the key another change adds; emulated here by a subclass),
+    the KV budget is VLLM_CPU_KVCACHE_SPACE from kimi.env and the check reports the real CPU
+    engine's own figures: 524,288 tokens, 1024.00x at 512."""
+    from dataclasses import dataclass
+
+    from kimi_ops.profile import Profile
+
+    @dataclass(frozen=True)
+    class CpuProfile(Profile):
+        device: str = "cpu"
+
+    base = load_profile(
+        {
+            "tensor_parallel_size": 1,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+            "extra_args": ["--max-model-len", "512"],
+        }
+    )
+    p = CpuProfile(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+    facts = make_facts(config_json=json.dumps(TINY_LLAMA), hf_quant_config_json=(1, "No such file"))
+    (check,) = [c for c in run_checks(p, facts) if c.name == "kv_cache_fit"]
+    assert check.status == "pass", check.detail
+    assert "524,288 tokens" in check.detail and "concurrency 1024.00x at 512" in check.detail
+
+
+def test_fitting_length_warns_when_gpu_memory_is_already_taken() -> None:
+    busy = "".join(
+        f"{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, 20000, 580.95.05, "
+        f"GPU-{i}\n"
+        for i in range(8)
+    )
+    check = fit_check({"max_model_len": 131072}, gpus=busy)
+    assert check.status == "warn"
+    assert "GPU 0 has 76.1 GiB free but vLLM wants 86.0 GiB" in check.detail
