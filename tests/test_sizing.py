@@ -393,3 +393,75 @@ def test_fitting_length_warns_when_gpu_memory_is_already_taken() -> None:
     check = fit_check({"max_model_len": 131072}, gpus=busy)
     assert check.status == "warn"
     assert "GPU 0 has 76.1 GiB free but vLLM wants 86.0 GiB" in check.detail
+
+
+# --- the real command line: fab preflight / deploy with the stand-in --------------------------
+
+
+def _sparse_kimi_checkpoint(root: Path) -> Path:
+    """The Kimi-K2.5-NVFP4 config and eight sparse shards of 590 GB in total (no disk used)."""
+    model = root / "model"
+    model.mkdir()
+    (model / "config.json").write_text(kimi_nvfp4_config())
+    names = [f"model-{i:05d}-of-00008.safetensors" for i in range(1, 9)]
+    index = {"weight_map": {f"w{i}": n for i, n in enumerate(names)}}
+    (model / "model.safetensors.index.json").write_text(json.dumps(index))
+    for name in names:
+        with open(model / name, "wb") as fh:
+            fh.truncate(KIMI_NVFP4_BYTES // 8)
+    return model
+
+
+def _fab(tmp_path: Path, *args: str, **kimi: Any) -> Any:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a free loopback port for the (never started) server
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = {
+        "engine": "standin",
+        "model": str(tmp_path / "model"),
+        "run_dir": str(tmp_path / "run"),
+        "python": sys.executable,
+        "host": "127.0.0.1",
+        "port": port,
+        **kimi,
+    }
+    (tmp_path / "fabric.yaml").write_text(json.dumps({"kimi": settings}))
+    fab = Path(sys.executable).parent / "fab"
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        [str(fab), "-f", str(tmp_path / "fabric.yaml"), *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_fab_deploy_refuses_262144_before_kill_stale(tmp_path: Path) -> None:
+    _sparse_kimi_checkpoint(tmp_path)
+    out = _fab(tmp_path, "deploy")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "fail kv_cache_fit: one request of 262,144 tokens" in text
+    assert "largest max_model_len that fits is" in text
+    # The first step failed; no later step (kill-stale, clean-shm, patch, launch) reported.
+    steps_run = re.findall(r"^(?:ok|changed|skipped|failed): (?:\[[^\]]*\] )?([\w-]+):", text, re.M)
+    assert steps_run == ["preflight"], steps_run
+    assert "nothing was killed or changed" in text
+    assert not (tmp_path / "run" / "server.pid").exists()
+
+
+def test_fab_preflight_json_accepts_131072(tmp_path: Path) -> None:
+    _sparse_kimi_checkpoint(tmp_path)
+    out = _fab(tmp_path, "preflight", "--json", max_model_len=131072)
+    data = json.loads(out.stdout)
+    report = data.get("report", data)
+    fit = [c for c in report["checks"] if c["name"] == "kv_cache_fit"][0]
+    assert fit["status"] == "pass", fit
+    assert report["plan"]["sizing"]["max_model_len"] == 131072
+    assert report["plan"]["launch_args"][-2:] == ["--max-model-len", "131072"]
