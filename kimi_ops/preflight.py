@@ -478,6 +478,15 @@ def _check_kv_cache_fit(profile: Profile, facts: HostFacts, own: set[int]) -> Ch
     if est.max_model_len is None:
         return Check("kv_cache_fit", "pass", f"max_model_len unknown; {summary}")
     length = f"{est.max_model_len:,} tokens ({est.max_model_len_source})"
+    derived = est.derived_max_model_len
+    allow_long = plan.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1"
+    if derived is not None and est.max_model_len > derived and not allow_long and not auto:
+        return Check(
+            "kv_cache_fit",
+            "fail",
+            f"max_model_len {length} is greater than the model's max_position_embeddings "
+            f"({derived:,}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is in kimi.env",
+        )
     if auto:
         return Check(
             "kv_cache_fit",

@@ -259,6 +259,7 @@ class Sizing:
     kv_bytes_per_token: int
     max_model_len: int | None
     max_model_len_source: str
+    derived_max_model_len: int | None
     kv_bytes_per_request: int | None
     weights_bytes_total: int | None
     weights_bytes_per_gpu: int | None
@@ -400,6 +401,7 @@ def estimate(
         kv_bytes_per_token=layout.bytes_per_token,
         max_model_len=max_model_len,
         max_model_len_source=max_model_len_source,
+        derived_max_model_len=derived,
         kv_bytes_per_request=per_request,
         weights_bytes_total=weights_bytes_total,
         weights_bytes_per_gpu=weights_gpu,

@@ -465,3 +465,12 @@ def test_fab_preflight_json_accepts_131072(tmp_path: Path) -> None:
     assert fit["status"] == "pass", fit
     assert report["plan"]["sizing"]["max_model_len"] == 131072
     assert report["plan"]["launch_args"][-2:] == ["--max-model-len", "131072"]
+
+
+def test_a_length_above_the_models_own_is_refused_as_vllm_does() -> None:
+    check = fit_check({"max_model_len": 300000})
+    assert check.status == "fail" and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in check.detail
+    allowed = fit_check(
+        {"max_model_len": 300000, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}},
+    )
+    assert allowed.status == "fail" and "largest max_model_len that fits" in allowed.detail
