@@ -65,6 +65,10 @@ DEFAULTS: dict[str, Any] = {
     "device": "auto",
     # "auto" lets the plan decide; True/False force the KV-cache config patch.
     "patch_kv_config": "auto",
+    # None: --max-model-len from extra_args, else the model's own (max_position_embeddings); an
+    # integer; or "auto": vLLM's --max-model-len auto where the version has it, else the largest
+    # length preflight's sizing estimate fits.
+    "max_model_len": None,
     # Secrets: the API key itself, or the name of a local environment variable holding it.
     "api_key": None,
     "api_key_env": None,

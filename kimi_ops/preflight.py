@@ -13,7 +13,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from . import compat
+from packaging.specifiers import SpecifierSet
+
+from . import compat, sizing
 from .cpu import CpuFacts, MemoryNode, clamp_to_cgroup
 from .facts import CONFIG_BACKUP, HF_QUANT_BACKUP, Gpu, GpuProcess, HostFacts
 from .redact import DEFAULT_SECRET_PATTERNS, redact_env
@@ -70,10 +72,14 @@ class Plan:
     vllm_version: str | None = None
     is_mla: bool | None = None
     device: str = "cuda"
+    sizing: sizing.Sizing | None = None
+    sizing_error: str = ""
+    max_model_len_mode: str = "default"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable mapping of every field."""
         out = asdict(self)
+        out["sizing"] = self.sizing.to_dict() if self.sizing is not None else None
         out["launch_args"] = list(self.launch_args)
         out["notes"] = list(self.notes)
         out["env"] = dict(self.env)
@@ -814,6 +820,80 @@ def _cpu_checks(profile: Profile, facts: HostFacts, own: set[int]) -> list[Check
     return [_check_cpu_cores(profile, cpu), _check_cpu_isa(cpu), memory]
 
 
+def _free_memory_short(profile: Profile, facts: HostFacts, est: sizing.Sizing) -> str:
+    """Why vLLM's startup check (free memory >= total x utilization) would fail, or ""."""
+    gpus = sorted(facts.gpus or [], key=lambda g: g.index)[: profile.tensor_parallel_size]
+    free = [(g.memory_free_mib, g.index) for g in gpus if g.memory_free_mib is not None]
+    if est.device != "cuda" or not free or est.gpu_memory_bytes is None:
+        return ""
+    least, index = min(free)
+    wanted = est.gpu_memory_bytes * est.gpu_memory_utilization
+    if least * sizing.MIB >= wanted:
+        return ""
+    return (
+        f"GPU {index} has {least * sizing.MIB / GIB:.1f} GiB free but vLLM wants "
+        f"{wanted / GIB:.1f} GiB (total x {est.gpu_memory_utilization:g}) free at startup "
+        "('Free memory on device ... is less than desired GPU memory utilization')"
+    )
+
+
+def _check_kv_cache_fit(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
+    """Whether one request of max_model_len fits the estimated KV budget (see kimi_ops.sizing)."""
+    plan = build_plan(profile, facts)
+    est = plan.sizing
+    if est is None:
+        return Check("kv_cache_fit", "warn", f"not estimated: {plan.sizing_error}")
+    summary = est.summary()
+    auto = plan.max_model_len_mode == "vllm-auto"
+    if est.kv_budget_bytes is None:
+        return Check("kv_cache_fit", "warn", f"not estimated ({'; '.join(est.notes)}): {summary}")
+    if not est.capacity_tokens:
+        return Check(
+            "kv_cache_fit",
+            "fail",
+            f"no room for the KV cache: {summary}; use more GPUs (tensor_parallel_size), raise "
+            "--gpu-memory-utilization or free GPU memory",
+        )
+    if est.max_model_len is None:
+        return Check("kv_cache_fit", "pass", f"max_model_len unknown; {summary}")
+    length = f"{est.max_model_len:,} tokens ({est.max_model_len_source})"
+    derived = est.derived_max_model_len
+    allow_long = plan.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1"
+    if derived is not None and est.max_model_len > derived and not allow_long and not auto:
+        return Check(
+            "kv_cache_fit",
+            "fail",
+            f"max_model_len {length} is greater than the model's max_position_embeddings "
+            f"({derived:,}); vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is in kimi.env",
+        )
+    if auto:
+        return Check(
+            "kv_cache_fit",
+            "pass",
+            f"vLLM chooses the length (--max-model-len auto); estimated largest "
+            f"{est.largest_max_model_len:,}; {summary}",
+        )
+    if est.fits is False:
+        need = (est.kv_bytes_per_request or 0) / GIB
+        return Check(
+            "kv_cache_fit",
+            "fail",
+            f"one request of {length} needs {need:.1f} GiB of KV cache per GPU, more than the "
+            f"estimated budget: {summary}; the largest max_model_len that fits is "
+            f"{est.largest_max_model_len:,} (set kimi.max_model_len to it, or to auto)",
+        )
+    if est.tight:
+        return Check(
+            "kv_cache_fit",
+            "warn",
+            f"{length} fits with little margin for the estimate's error: {summary}",
+        )
+    short = "" if own else _free_memory_short(profile, facts, est)
+    if short:
+        return Check("kv_cache_fit", "warn", f"{length} fits, but {short}: {summary}")
+    return Check("kv_cache_fit", "pass", f"{length} fits: {summary}")
+
+
 def run_checks(
     profile: Profile, facts: HostFacts, *, own_pids: Collection[int] = ()
 ) -> list[Check]:
@@ -835,6 +915,7 @@ def run_checks(
     checks += _check_model(profile, facts)
     if device == "cpu":
         checks += _check_cpu_model(profile, facts, facts.cpu or CpuFacts())
+    checks.append(_check_kv_cache_fit(profile, facts, own))
     checks.append(_check_port(profile, facts, own))
     checks.append(_check_disk(profile, facts))
     checks.append(_check_shm(profile, facts, own))
@@ -958,6 +1039,83 @@ def _cpu_decision(profile: Profile, facts: HostFacts) -> _Decision:
     return _Decision(patch, reason, restore, kv, mla, tuple(notes))
 
 
+#: vLLM versions with ``--max-model-len auto`` (vllm-project/vllm#29431, merged 2025-11-25 after
+#: 0.11.2; 0.13.0 is the first release certain to have it, it may be in 0.12.0). Older versions
+#: get the length the sizing estimate computes.
+MAX_MODEL_LEN_AUTO = SpecifierSet(">=0.13.0")
+
+
+def _gpu_memory_bytes(profile: Profile, facts: HostFacts) -> tuple[int | None, str]:
+    """(the smallest total memory of the GPUs TP uses, their name)."""
+    gpus = sorted(facts.gpus or [], key=lambda g: g.index)[: profile.tensor_parallel_size]
+    totals = [g.memory_total_mib for g in gpus]
+    if not gpus or any(t is None for t in totals):
+        return None, ""
+    return min(t for t in totals if t is not None) * sizing.MIB, gpus[0].name
+
+
+def _plan_sizing(
+    profile: Profile,
+    facts: HostFacts,
+    kv_dtype: str,
+    version: Any,
+    args: Sequence[str],
+    env: dict[str, str],
+    *,
+    device: sizing.Device = "cuda",
+) -> tuple[sizing.Sizing | None, str, tuple[str, ...], str, list[str]]:
+    """(estimate, why none, extra launch args, max_model_len mode, notes)."""
+    config = facts.config_json or facts.config_json_orig
+    if config is None:
+        return None, "no config.json", (), "default", []
+    wanted: int | str | None = profile.max_model_len
+    source = "kimi.max_model_len"
+    if wanted is None:
+        wanted = sizing.max_model_len_arg(args)
+        source = "--max-model-len in extra_args"
+    gpu_bytes, gpu_name = _gpu_memory_bytes(profile, facts)
+    common: dict[str, Any] = {
+        "kv_cache_dtype": kv_dtype,
+        "tp": profile.tensor_parallel_size,
+        "device": device,
+        "weights_bytes_total": weights_bytes(facts),
+        "gpu_memory_bytes": gpu_bytes,
+        "gpu_name": gpu_name,
+        "utilization": sizing.gpu_memory_utilization(args),
+        "cpu_kvcache_space_bytes": sizing.cpu_kvcache_bytes(env),
+    }
+    try:
+        if isinstance(wanted, int):
+            est = sizing.estimate(
+                config, max_model_len=wanted, max_model_len_source=source, **common
+            )
+        else:
+            est = sizing.estimate(config, **common)
+    except ValueError as exc:
+        return None, str(exc), (), "default", []
+    if wanted != "auto":
+        extra = ("--max-model-len", str(wanted)) if profile.max_model_len is not None else ()
+        return est, "", extra, "fixed" if isinstance(wanted, int) else "default", []
+    from_profile = profile.max_model_len == "auto"
+    if version is not None and compat.in_range(version, MAX_MODEL_LEN_AUTO):
+        extra = ("--max-model-len", "auto") if from_profile else ()
+        note = f"vLLM {version} has --max-model-len auto: it picks the largest length that fits"
+        return est, "", extra, "vllm-auto", [note]
+    largest = est.largest_max_model_len
+    if not largest:
+        return est, "", (), "computed", ["max_model_len auto: no length fits the estimate"]
+    est = sizing.estimate(
+        config,
+        max_model_len=largest,
+        max_model_len_source=f"computed for max_model_len auto (vLLM {version or '?'} has no "
+        "--max-model-len auto)",
+        **common,
+    )
+    extra = ("--max-model-len", str(largest)) if from_profile else ()
+    note = f"max_model_len auto: using the estimated largest length that fits, {largest:,}"
+    return est, "", extra, "computed", [note]
+
+
 def build_plan(profile: Profile, facts: HostFacts) -> Plan:
     """Decide the KV-config patch, the attention backend and the launch adjustments.
 
@@ -980,11 +1138,21 @@ def build_plan(profile: Profile, facts: HostFacts) -> Plan:
     chosen = compat.attention_backend_in_args(adjusted.args) or adjusted.env.get(
         "VLLM_ATTENTION_BACKEND"
     )
+    estimate, sizing_error, length_args, mode, length_notes = _plan_sizing(
+        profile,
+        facts,
+        "auto" if patch else kv.value,
+        version,
+        adjusted.args,
+        adjusted.env,
+        device="cpu" if cpu else "cuda",
+    )
+    notes.extend(length_notes)
     return Plan(
         patch_kv_config=patch,
         reason=decision.reason,
         attention_backend=chosen,
-        launch_args=adjusted.args,
+        launch_args=adjusted.args + length_args,
         env=adjusted.env,
         notes=tuple(notes),
         restore_suggested=decision.restore,
@@ -994,6 +1162,9 @@ def build_plan(profile: Profile, facts: HostFacts) -> Plan:
         vllm_version=str(version) if version is not None else None,
         is_mla=decision.mla,
         device="cpu" if cpu else "cuda",
+        sizing=estimate,
+        sizing_error=sizing_error,
+        max_model_len_mode=mode,
     )
 
 

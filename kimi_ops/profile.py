@@ -96,6 +96,7 @@ class Profile:
     engine: str = DEFAULTS["engine"]
     device: str = DEFAULTS["device"]
     patch_kv_config: bool | str = DEFAULTS["patch_kv_config"]
+    max_model_len: int | str | None = DEFAULTS["max_model_len"]
     api_key: str | None = None
     api_key_env: str | None = None
     secret_env: tuple[str, ...] = tuple(DEFAULTS["secret_env"])
@@ -355,6 +356,23 @@ def _standin(value: Any) -> StandinSettings:
     )
 
 
+def _max_model_len(value: Any, extra_args: Any) -> int | str | None:
+    """``max_model_len``: None, a positive integer or ``"auto"``; not together with a
+    ``--max-model-len`` in extra_args (two sources for one flag)."""
+    if value is None:
+        return None
+    if value != "auto" and (not _is_int(value) or value < 1):
+        raise ProfileError("max_model_len", f"must be a positive integer or auto, got {value!r}")
+    args = extra_args if isinstance(extra_args, (list, tuple)) else []
+    if any(str(a) == "--max-model-len" or str(a).startswith("--max-model-len=") for a in args):
+        raise ProfileError(
+            "max_model_len",
+            "conflicts with --max-model-len in extra_args",
+            hint="set the length in one place: kimi.max_model_len or extra_args",
+        )
+    return value
+
+
 def load_profile(
     config: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None
 ) -> Profile:
@@ -392,6 +410,7 @@ def load_profile(
     patch = data["patch_kv_config"]
     if patch not in (True, False, "auto"):
         raise ProfileError("patch_kv_config", f"must be auto, true or false, got {patch!r}")
+    max_model_len = _max_model_len(data["max_model_len"], data["extra_args"])
     policy = data["host_key_policy"]
     if policy not in HOST_KEY_POLICIES:
         raise ProfileError(
@@ -449,6 +468,7 @@ def load_profile(
         engine=engine,
         device=device,
         patch_kv_config=patch,
+        max_model_len=max_model_len,
         api_key=_str("api_key", data["api_key"], optional=True),
         api_key_env=api_key_env,
         secret_env=secret_env,

@@ -478,6 +478,8 @@ def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutco
     if plan.attention_backend:
         lines.append(f"plan: attention backend {plan.attention_backend}")
     lines += [f"plan: {note}" for note in plan.notes]
+    if plan.sizing is not None:
+        lines.append(f"plan: sizing: {plan.sizing.summary()}")
     bad = [c for c in checks if c.status == "fail"]
     warn = [c for c in checks if c.status == "warn"]
     data = {"report": preflight_report(checks, plan, p.secret_patterns)}

@@ -258,6 +258,7 @@ def test_healthy_host_passes_everything() -> None:
         "vllm",
         "model_config",
         "model_shards",
+        "kv_cache_fit",
         "port",
         "disk",
         "shm",
