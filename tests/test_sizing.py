@@ -359,25 +359,16 @@ def test_preflight_step_refuses_before_anything_is_killed() -> None:
 
 
 def test_cpu_device_preflight_matches_the_real_engines_figure() -> None:
-    """With a ``device: cpu`` profile (the key another change adds; emulated here by a subclass),
-    the KV budget is VLLM_CPU_KVCACHE_SPACE from kimi.env and the check reports the real CPU
-    engine's own figures: 524,288 tokens, 1024.00x at 512."""
-    from dataclasses import dataclass
-
-    from kimi_ops.profile import Profile
-
-    @dataclass(frozen=True)
-    class CpuProfile(Profile):
-        device: str = "cpu"
-
-    base = load_profile(
+    """With ``device: cpu`` the KV budget is VLLM_CPU_KVCACHE_SPACE from kimi.env and the check
+    reports the real CPU engine's own figures: 524,288 tokens, 1024.00x at 512."""
+    p = load_profile(
         {
+            "device": "cpu",
             "tensor_parallel_size": 1,
             "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
             "extra_args": ["--max-model-len", "512"],
         }
     )
-    p = CpuProfile(**{f: getattr(base, f) for f in base.__dataclass_fields__})
     facts = make_facts(config_json=json.dumps(TINY_LLAMA), hf_quant_config_json=(1, "No such file"))
     (check,) = [c for c in run_checks(p, facts) if c.name == "kv_cache_fit"]
     assert check.status == "pass", check.detail
