@@ -106,6 +106,9 @@ class Host:
         self.dry = dry or bool(getattr(getattr(c.config, "run", None), "dry", False))
         self.commands: list[str] = []  # every command run, in order (for reports and tests)
         self._home: str | None = None
+        #: While the deployment lock is held: a tasks.lock.LockGuard that wraps every mutating
+        #: command with a check that the lock is still ours (and raises when it is not).
+        self.guard: Any = None
         if self.remote:
             self._setup_connection()
 
@@ -205,8 +208,9 @@ class Host:
         self.commands.append(command)
         started = time.monotonic()
         try:
+            guarded = self.guard is not None and mutating
             result = self.c.run(
-                command,
+                self.guard.wrap(command) if guarded else command,
                 hide=True,
                 warn=True,
                 pty=False,
@@ -226,6 +230,8 @@ class Host:
         except (paramiko.SSHException, OSError) as exc:
             raise self.connect_error(exc) from exc
         out = Output(command, result.stdout, result.stderr, int(result.exited))
+        if guarded:
+            self.guard.check(out, step)
         if TRACE:
             took = time.monotonic() - started
             print(

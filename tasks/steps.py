@@ -24,7 +24,6 @@ from kimi_ops import verify as vfy
 from kimi_ops.defaults import (
     CURRENT_LOG,
     ENV_FILE,
-    LAUNCH_ID_FILE,
     LAUNCH_SCRIPT,
     LOG_DIR,
     PIDFILE,
@@ -35,7 +34,14 @@ from kimi_ops.defaults import (
 from kimi_ops.diagnose import LogDiagnoser, diagnose
 from kimi_ops.errors import StepFailed
 from kimi_ops.facts import HostFacts
-from kimi_ops.preflight import Check, Plan, build_plan, preflight_report, run_checks
+from kimi_ops.preflight import (
+    LOG_RESERVE_BYTES,
+    Check,
+    Plan,
+    build_plan,
+    preflight_report,
+    run_checks,
+)
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, failed, ok, skipped
 from kimi_ops.shell import quote as q
@@ -465,7 +471,8 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
 def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutcome:
     """Check GPUs, vLLM, the model, the port, disk, /dev/shm and RemoveIPC; decide the plan."""
     host_facts, own = gather(h, p, step=step)
-    checks = tuple(run_checks(p, host_facts, own_pids=own))
+    need = sum(len(data) for data, _ in upload_files(p).values()) + LOG_RESERVE_BYTES
+    checks = tuple(run_checks(p, host_facts, own_pids=own, run_dir_need=need))
     plan = build_plan(p, host_facts)
     lines = [f"{c.status:<4} {c.name}: {c.detail}" for c in checks]
     lines.append(f"plan: patch_kv_config={str(plan.patch_kv_config).lower()}: {plan.reason}")
@@ -557,17 +564,21 @@ def launch(
                 if bad
             )
             message = f"never started: {missing} missing {took:.1f} s after launch"
-        tail = printed.strip().splitlines()[-30:] or ["(the launcher printed nothing)"]
+        tail = printed.strip().splitlines()[-30:]
         if diag is not None and diag.failed:
             tail = [f"label: {diag.label}", *(f"evidence: {e}" for e in diag.evidence[:3]), *tail]
-        return failed(
-            step,
-            message,
-            lines=tuple(tail),
-            stderr=out.stderr,
-            hint=diag.hint if diag and diag.failed else "see the launcher output above",
-            data=data,
-        )
+        if diag is not None and diag.failed:
+            hint = diag.hint
+        elif tail or out.stderr.strip():
+            hint = "the launcher's output above says why"
+        else:
+            where = f"{log} exists but is empty" if has_log else f"{log} was not created"
+            tail = [f"the launcher printed nothing: {where}"]
+            hint = (
+                f"nothing could write to {r}: check its free space and permissions "
+                f"(`df -h {r}`, `ls -ld {r}`)"
+            )
+        return failed(step, message, lines=tuple(tail), stderr=out.stderr, hint=hint, data=data)
     return changed(
         step,
         f"started PID {pid}; log {log}",
@@ -587,14 +598,19 @@ def verify(
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
     from_end: bool = False,
+    expect_launch_id: str | None = None,
 ) -> StepResult:
-    """Poll until ready, failed, or startup_timeout (see :mod:`kimi_ops.verify`)."""
+    """Poll until ready, failed, or startup_timeout (see :mod:`kimi_ops.verify`).
+
+    ``expect_launch_id``: the launch this run started; verify fails if another launch replaced
+    it rather than follow a server this run did not start."""
     r = _run_dir(p)
     state = vfy.VerifyState(
         p.served_model_name,
         p.startup_timeout,
         p.stall_timeout,
         context={"port": p.port, "served_model_name": p.served_model_name},
+        expected_launch_id=expect_launch_id,
     )
     start = clock()
     probe = _probe_command(p)
@@ -616,6 +632,7 @@ def verify(
         "diagnosis": diag.to_dict(),
         "seconds": round(clock() - start, 1),
         "pid": facts.pid,
+        "launch_id": facts.launch_id,
     }
     if verdict.ok:
         return ok(
@@ -631,57 +648,7 @@ def verify(
     return failed(step, verdict.message, lines=tuple(lines), hint=diag.hint, data=data)
 
 
-# --- status / logs ----------------------------------------------------------------------------
-
-
-def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
-    """Process, PID, uptime, stage, health and GPU memory, in two round trips."""
-    r = _run_dir(p)
-    out = h.run(
-        f'pid=$(cat {q(r + "/" + PIDFILE)} 2>/dev/null || true); echo "pid=$pid"; '
-        f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
-        'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
-        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
-        'if command -v nvidia-smi >/dev/null 2>&1; then echo "gpu=$(nvidia-smi '
-        "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
-        "| tr '\\n' ';')\"; fi; "
-        f"echo @@log; tail -c 262144 {q(r + '/' + CURRENT_LOG)} 2>/dev/null; true",
-        step=step,
-        mutating=False,
-    )
-    head, _, log = out.stdout.partition("@@log\n")
-    info = launch_script.parse_key_values(head)
-    args = info.get("args", "")
-    alive = bool(args) and (procs.server_args(args) is not None or procs.is_vllm_title(args))
-    diag = diagnose(log, {"port": p.port})
-    lines = [f"launch: {info.get('launch_id') or 'none'}"]
-    lines.append(
-        f"stage: {diag.stage or 'none'}" + (f" ({diag.progress})" if diag.progress else "")
-    )
-    lines.append(f"log: {diag.label}" + (f" - {diag.summary}" if diag.failed else ""))
-    if info.get("gpu"):
-        lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
-    data = {
-        "pid": info.get("pid"),
-        "alive": alive,
-        "uptime": info.get("etime"),
-        "diagnosis": diag.to_dict(),
-    }
-    if not alive:
-        return ok(
-            step,
-            "no server running"
-            + (f" (pidfile names {info['pid']}, not alive)" if info.get("pid") else ""),
-            lines=tuple(lines),
-            data=data,
-        )
-    probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=60)
-    result = vfy.parse_probe(probe.stdout + probe.stderr)
-    data["health"] = result.health
-    lines.append("http: " + result.describe(p.served_model_name))
-    return ok(
-        step, f"server PID {info['pid']} up {info.get('etime', '?')}", lines=tuple(lines), data=data
-    )
+# --- logs (status is in tasks/state.py) ------------------------------------------------------
 
 
 def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
