@@ -140,7 +140,7 @@ def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, Ho
         "uptime": info.get("etime") if facts.alive else None,
         "launch_id": facts.launch_id,
         "orphans": list(facts.orphans),
-        "diagnosis": diag.to_dict(),
+        "diagnosis": diag.to_dict() if facts.log_exists else None,  # no log: no label
     }
     if facts.alive:
         probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=60)
