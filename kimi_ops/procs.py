@@ -468,7 +468,10 @@ def owned_processes(
                 take(child, f"child of {parent}", launch_of.get(parent))
                 stack.append(child.pid)
 
-    targets = tuple(p for p in procs if p.pid in reasons and p.pid not in protected)
+    # A zombie has already exited: nothing to end (its parent reaps it).
+    targets = tuple(
+        p for p in procs if p.pid in reasons and p.pid not in protected and not p.zombie
+    )
     owned = {p.pid for p in targets}
     orphans = frozenset(
         p.pid
