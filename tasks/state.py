@@ -48,19 +48,19 @@ def mark_stopping(h: Host, p: Profile, *, step: str) -> None:
 
 
 def deployment_orphans(
-    listing: procs.Listing, p: Profile, pidfile_pid: int | None, server_alive: bool
+    listing: procs.Listing,
+    p: Profile,
+    pidfile_pid: int | None,
+    launch_id: str | None,
+    server_alive: bool,
 ) -> list[int]:
-    """Processes of this deployment that are alive although its server is not.
-
-    This is where the ownership rule plugs in; until then, "of this deployment" means a server
-    on this deployment's port, the pidfile's process, and their children and process groups.
-    """
+    """Processes of this deployment (the ownership rule: :func:`kimi_ops.procs.owned_processes`)
+    that are alive although its server is not; with the server alive, those whose own server
+    (their session leader) is gone, e.g. an older launch's leftovers."""
+    selection = procs.owned_processes(listing, _run_dir(p), pidfile_pid, launch_id, port=p.port)
     if server_alive:
-        return []
-    selection = procs.select_server_processes(
-        listing, port=p.port, pidfile_pid=pidfile_pid, include_orphans=False
-    )
-    return list(selection.pids)
+        return sorted(selection.orphans)
+    return sorted(selection.pids)
 
 
 def _gather_command(r: str) -> str:
@@ -91,15 +91,16 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
     alive = bool(args) and (procs.server_args(args) is not None or procs.is_vllm_title(args))
     pid_text = info.get("pid", "").strip()
     pid = int(pid_text) if pid_text.isdigit() else None
+    launch_id = info.get("launch_id", "").strip() or None
     facts = StateFacts(
-        launch_id=info.get("launch_id", "").strip() or None,
+        launch_id=launch_id,
         pid=pid,
         alive=alive,
         log_exists=info.get("log") == "1",
         log_path=f"{r}/{CURRENT_LOG}",
         diagnosis=diagnose(log, {"port": p.port}),
         stop=hoststate.parse_stop_marker(info.get("stop", "")),
-        orphans=tuple(deployment_orphans(procs.parse_ps(ps_text), p, pid, alive)),
+        orphans=tuple(deployment_orphans(procs.parse_listing(ps_text), p, pid, launch_id, alive)),
     )
     return facts, info
 
@@ -134,6 +135,9 @@ def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, Ho
         lines.append(f"log: {facts.log_path} is missing")
     if info.get("gpu"):
         lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
+    if facts.alive and facts.orphans:
+        pids = ", ".join(str(x) for x in facts.orphans)
+        lines.append(f"orphans of an earlier launch: {pids} (`fab kill-stale` ends them)")
     data: dict[str, object] = {
         "pid": facts.pid,
         "alive": facts.alive,

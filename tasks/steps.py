@@ -24,6 +24,7 @@ from kimi_ops import verify as vfy
 from kimi_ops.defaults import (
     CURRENT_LOG,
     ENV_FILE,
+    LAUNCH_ID_FILE,
     LAUNCH_SCRIPT,
     LOG_DIR,
     PIDFILE,
@@ -60,23 +61,32 @@ def _run_dir(p: Profile) -> str:
 # --- kill-stale / stop ------------------------------------------------------------------------
 
 
-def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None]:
-    """One round trip: the pidfile's PID and the process listing (with the listing shell's PID)."""
-    pidfile = f"{_run_dir(p)}/{PIDFILE}"
+def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, str | None]:
+    """One round trip: the pidfile's PID, the current launch id and the process listing."""
+    r = _run_dir(p)
     out = h.run(
-        f"cat {q(pidfile)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; " + procs.LISTING_COMMAND,
+        f"cat {q(r + '/' + PIDFILE)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; "
+        f"cat {q(r + '/' + LAUNCH_ID_FILE)} 2>/dev/null | sed -n '1s/^/launch_id=/p'; "
+        + procs.LISTING_COMMAND,
         step=step,
         mutating=False,
     )
-    pid_text = next(
-        (
-            ln[len("pidfile=") :].strip()
-            for ln in out.stdout.splitlines()
-            if ln.startswith("pidfile=")
-        ),
-        "",
+    head = launch_script.parse_key_values(
+        "\n".join(ln for ln in out.stdout.split("\n") if ln.startswith(("pidfile=", "launch_id=")))
     )
-    return procs.parse_ps(out.stdout), int(pid_text) if pid_text.isdigit() else None
+    pid_text = head.get("pidfile", "").strip()
+    launch_id = head.get("launch_id", "").strip() or None
+    return (
+        procs.parse_listing(out.stdout),
+        int(pid_text) if pid_text.isdigit() else None,
+        launch_id,
+    )
+
+
+def owned(h: Host, p: Profile, step: str) -> procs.Selection:
+    """This deployment's processes on the host now (orphans and stale launches included)."""
+    found, pidfile_pid, launch_id = listing(h, p, step)
+    return procs.owned_processes(found, _run_dir(p), pidfile_pid, launch_id, port=p.port)
 
 
 def kill_stale(
@@ -87,13 +97,18 @@ def kill_stale(
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
 ) -> StepResult:
-    """End this deployment's server: SIGTERM, a grace period, then SIGKILL. Never the shell
-    running the command, its ancestors, or processes that merely mention vllm."""
-    found, pidfile_pid = listing(h, p, step)
-    selection = procs.select_server_processes(found, port=p.port, pidfile_pid=pidfile_pid)
+    """End this deployment's processes (its server tree, orphans and stale launches): SIGTERM, a
+    grace period, then SIGKILL. Never another deployment's, the shell running the command, its
+    ancestors, or processes that merely mention vllm or carry a vLLM title."""
+    selection = owned(h, p, step)
+    foreign = tuple(selection.describe_foreign())
     if not selection.targets:
-        return ok(step, f"no server process of this deployment (port {p.port}) is running")
-    lines = tuple(selection.describe())
+        return ok(
+            step,
+            f"no process of this deployment ({_run_dir(p)}) is running",
+            lines=foreign,
+        )
+    lines = tuple(selection.describe()) + foreign
     if h.dry:
         return skipped(
             step, f"dry run: would end {len(selection.targets)} process(es)", lines=lines
@@ -104,7 +119,7 @@ def kill_stale(
     remaining = list(selection.targets)
     while remaining and clock() < deadline:
         sleep(min(0.5, max(0.05, p.grace_seconds / 10)))
-        now, _ = listing(h, p, step)
+        now, _, _ = listing(h, p, step)
         remaining = procs.still_running(selection, now)
     killed: list[int] = []
     if remaining:
@@ -112,7 +127,7 @@ def kill_stale(
         killed, _ = procs.parse_signal_output(out.stdout)
         for _ in range(20):
             sleep(0.25)
-            now, _ = listing(h, p, step)
+            now, _, _ = listing(h, p, step)
             remaining = procs.still_running(selection, now)
             if not remaining:
                 break
@@ -128,11 +143,20 @@ def kill_stale(
     how = f"SIGTERM to {len(sent)}"
     if killed:
         how += f", SIGKILL to {len(killed)} after {p.grace_seconds:g} s"
+    orphans = len(selection.orphans)
+    what = f"{len(selection.targets)} process(es)" + (
+        f", {orphans} of them orphans" if orphans else ""
+    )
     return changed(
         step,
-        f"ended {len(selection.targets)} process(es) ({how})",
+        f"ended {what} ({how})",
         lines=lines,
-        data={"pids": selection.pids, "killed": killed},
+        data={
+            "pids": selection.pids,
+            "killed": killed,
+            "orphans": sorted(selection.orphans),
+            "left_alone": [x.pid for x, _ in selection.foreign],
+        },
     )
 
 
@@ -142,40 +166,45 @@ def kill_stale(
 def clean_shm(
     h: Host, p: Profile, *, step: str = "clean-shm", refuse_fails: bool = True
 ) -> StepResult:
-    """Remove stale /dev/shm/psm_* and sem.mp-* files, only while no vLLM server is alive."""
-    out = h.run(
-        procs.LISTING_COMMAND
-        + "; echo @@shm; "
-        + shm.list_command(p.shm_dir)
-        + " 2>/dev/null; true",
-        step=step,
-        mutating=False,
-    )
-    ps_text, _, shm_text = out.stdout.partition("@@shm\n")
-    alive = procs.alive_servers(procs.parse_ps(ps_text))
-    files = shm.parse_shm_listing(shm_text, p.shm_dir)
-    plan = shm.plan_shm_cleanup(files, alive.pids)
-    if plan.refused:
-        msg = f"refused: {plan.refused}; {len(files)} shm file(s) left in place"
-        hint = "stop the server first (`fab stop` or `fab kill-stale`)"
-        if refuse_fails:
-            return failed(step, msg, hint=hint, lines=tuple(alive.describe()))
-        return skipped(step, msg, lines=tuple(alive.describe()))
+    """Remove the psm_* and sem.mp-* files in shm_dir that no live process maps or holds open
+    (and that are older than a few seconds). Files in use (another deployment's live server)
+    are kept and named. ``refuse_fails``: fail when a file had to be kept only because some
+    process's maps could not be read (the `clean-shm` task); deploy passes False."""
+    out = h.run(shm.usage_command(p.shm_dir), step=step, mutating=False)
+    usage = shm.parse_usage(out.stdout, p.shm_dir)
+    plan = shm.plan_shm_cleanup(usage)
+    kept = tuple(f"kept {f.path}: {why}" for f, why in plan.kept)
+    if plan.undecided and refuse_fails and not plan.files:
+        return failed(
+            step,
+            f"cannot tell whether {len(plan.undecided)} shm file(s) are in use: "
+            "some processes' maps cannot be read; nothing removed",
+            lines=kept,
+            hint="run it as root (or as the user of every process on the host)",
+        )
     if not plan.files:
+        if kept:
+            return ok(step, f"no stale shared memory in {p.shm_dir}; kept {len(kept)}", lines=kept)
         return ok(step, f"no stale shared memory in {p.shm_dir}")
     size = shm.human_bytes(plan.total_bytes)
     if h.dry:
         return skipped(
             step,
             f"dry run: would remove {len(plan.files)} file(s), {size}",
-            lines=tuple(f.path for f in plan.files[:20]),
+            lines=tuple(f.path for f in plan.files[:20]) + kept,
         )
     for command in shm.remove_commands(plan.files, p.shm_dir):
         h.run(command, step=step)
+    extra = f"; kept {len(kept)} in use" if kept else ""
     return changed(
         step,
-        f"removed {len(plan.files)} stale shm file(s), {size} freed",
-        data={"count": len(plan.files), "bytes": plan.total_bytes},
+        f"removed {len(plan.files)} stale shm file(s), {size} freed{extra}",
+        lines=kept,
+        data={
+            "count": len(plan.files),
+            "bytes": plan.total_bytes,
+            "kept": [{"path": f.path, "why": why} for f, why in plan.kept],
+        },
     )
 
 
@@ -462,8 +491,8 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
     )
     gathered, _, ps_text = out.stdout.rpartition("@@kimi-ops:ps\n")
     host_facts = facts_mod.parse_gathered(gathered)
-    own = procs.select_server_processes(
-        procs.parse_ps(ps_text), port=p.port, pidfile_pid=host_facts.pidfile_pid
+    own = procs.owned_processes(
+        procs.parse_listing(ps_text), _run_dir(p), host_facts.pidfile_pid, port=p.port
     )
     return host_facts, tuple(own.pids)
 

@@ -11,6 +11,7 @@ from invoke import Config, Context
 from invoke.exceptions import Exit
 
 from kimi_ops.errors import RemoteKilled, StepFailed
+from kimi_ops.procs import Proc, format_row
 from kimi_ops.profile import load_profile
 from kimi_ops.result import Status
 from tasks import steps
@@ -21,16 +22,28 @@ from tasks.testing import Reply, ScriptedConnection
 
 PROFILE = load_profile({"run_dir": "/srv/kimi", "grace_seconds": 2, "poll_interval": 0.01})
 SERVER = "/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /m --port 8000"
-LISTING = (
-    "self_pid=900\n"
-    "  1 0 1 /sbin/init\n"
-    " 50 1 50 sshd: root@notty\n"
-    "900 50 900 bash -c cat /srv/kimi/server.pid; ps\n"
-    "100 1 100 " + SERVER + "\n"
-    "101 100 100 VLLM::EngineCore\n"
-    "300 1 300 tail -f /srv/kimi/current.log\n"
+OURS = (("KIMI_OPS_RUN_DIR", "/srv/kimi"), ("KIMI_OPS_LAUNCH_ID", "L1"))
+
+
+def _rows(*procs: Proc, self_pid: int) -> str:
+    return f"pidfile=100\nlaunch_id=L1\nself_pid={self_pid}\n" + "".join(
+        format_row(p) + "\n" for p in procs
+    )
+
+
+INIT = Proc(1, 0, 1, ("/sbin/init",), 1)
+TAIL = Proc(300, 1, 300, ("tail", "-f", "/srv/kimi/current.log"), 300)
+LISTING = _rows(
+    INIT,
+    Proc(50, 1, 50, ("sshd: root@notty",), 50),
+    Proc(900, 50, 900, ("bash", "-c", "cat /srv/kimi/server.pid; ps"), 900),
+    Proc(100, 1, 100, tuple(SERVER.split()), 100, OURS),
+    Proc(101, 100, 100, ("VLLM::EngineCore",), 100, OURS),
+    TAIL,
+    self_pid=900,
 )
-GONE = "self_pid=901\n  1 0 1 /sbin/init\n300 1 300 tail -f /srv/kimi/current.log\n"
+GONE = _rows(INIT, TAIL, self_pid=901)
+LIST_CMD = r"for d in /proc/"
 
 
 class FakeClock:
@@ -50,7 +63,7 @@ def _host(conn: ScriptedConnection, profile=PROFILE) -> Host:
 
 def test_kill_stale_terms_the_server_tree_only_and_never_pkills() -> None:
     conn = ScriptedConnection()
-    conn.on(r"ps -eww", Reply(LISTING), Reply(GONE))
+    conn.on(LIST_CMD, Reply(LISTING), Reply(GONE))
     conn.on(r"kill -TERM", stdout="sent 100\nsent 101\n")
     clock = FakeClock()
     res = steps.kill_stale(_host(conn), PROFILE, sleep=clock.sleep, clock=clock)
@@ -64,7 +77,7 @@ def test_kill_stale_terms_the_server_tree_only_and_never_pkills() -> None:
 
 def test_kill_stale_escalates_to_sigkill_after_the_grace_period() -> None:
     conn = ScriptedConnection()
-    conn.on(r"ps -eww", *[Reply(LISTING)] * 15, Reply(GONE))
+    conn.on(LIST_CMD, *[Reply(LISTING)] * 15, Reply(GONE))
     conn.on(r"kill -TERM", stdout="sent 100\nsent 101\n")
     conn.on(r"kill -KILL", stdout="sent 100\nsent 101\n")
     clock = FakeClock()
@@ -75,19 +88,19 @@ def test_kill_stale_escalates_to_sigkill_after_the_grace_period() -> None:
 
 
 def test_kill_stale_with_nothing_running_is_ok() -> None:
-    conn = ScriptedConnection().on(r"ps -eww", stdout=GONE)
+    conn = ScriptedConnection().on(LIST_CMD, stdout=GONE)
     res = steps.kill_stale(_host(conn), PROFILE)
-    assert res.status is Status.OK and "no server process" in res.message
+    assert res.status is Status.OK and "no process of this deployment" in res.message
     assert not conn.ran(r"kill -")
 
 
 def test_a_remote_shell_killed_by_a_signal_is_reported_as_such() -> None:
-    conn = ScriptedConnection().on(r"ps -eww", exited=-1)
+    conn = ScriptedConnection().on(LIST_CMD, exited=-1)
     with pytest.raises(RemoteKilled) as info:
         steps.kill_stale(_host(conn), PROFILE)
     assert info.value.exited == -1
     assert "killed its own session" in info.value.hint
-    assert "ps -eww" in info.value.command
+    assert "for d in /proc/" in info.value.command
 
 
 def test_a_failing_command_names_the_step_command_and_stderr() -> None:
@@ -257,7 +270,7 @@ def test_host_keys_are_checked_by_default_and_accept_new_is_opt_in(tmp_path) -> 
 
 
 def test_dry_mode_runs_read_only_commands_and_prints_the_rest(capsys) -> None:
-    conn = ScriptedConnection().on(r"ps -eww", stdout=LISTING)
+    conn = ScriptedConnection().on(LIST_CMD, stdout=LISTING)
     host = Host(conn, PROFILE, dry=True)  # type: ignore[arg-type]
     res = steps.kill_stale(host, PROFILE)
     assert res.status is Status.SKIPPED and "would end 2" in res.message

@@ -158,22 +158,29 @@ def test_status_says_starting_while_the_server_loads(dep: Deployment) -> None:
 
 
 def test_status_names_orphans_of_the_deployment(dep: Deployment) -> None:
-    """A server process on this deployment's port that is not the pidfile's server (gone)."""
-    fake = dep.root / "fake" / "kimi_standin.py"
-    fake.parent.mkdir()
-    fake.write_text("import time\ntime.sleep(120)\n")
+    """A process of this deployment (its environment names this run_dir, as the launch script
+    sets it) alive after its server is gone: orphans. An unrelated one on the port is not."""
+    assert dep.fab("deploy").ok
+    server = dep.pidfile_pid()
+    launch_id = (dep.run_dir / "launch.id").read_text().strip()
+    env = dict(os.environ, KIMI_OPS_RUN_DIR=str(dep.run_dir), KIMI_OPS_LAUNCH_ID=launch_id)
     orphan = subprocess.Popen(
-        [sys.executable, str(fake), "--port", str(dep.port)],
+        [sys.executable, "-c", "import time; time.sleep(120)"],
         stdin=subprocess.DEVNULL,
+        env=env,
         start_new_session=True,
     )
     try:
+        assert server is not None
+        kill_pid_tree_started_by_test(server)
         run = dep.fab("status")
         assert run.returncode == STATE_CODES["orphans"], run.describe()
         assert "orphans:" in status_line(run.output) and str(orphan.pid) in run.output
     finally:
         orphan.kill()
         orphan.wait()
+    gone = dep.fab("status")
+    assert gone.returncode == STATE_CODES["crashed"], gone.describe()
 
 
 def test_fleet_status_recap_and_json_carry_the_state(
