@@ -228,7 +228,7 @@ def test_launch_script_passes_any_strings_through_exactly(
         expected_env[b"KIMI_STANDIN_CONFIG"] = os.fsencode(f"{run_dir}/standin.json")
     # Ownership: the tree inherits its run_dir and launch id (kimi_ops.procs.owned_processes).
     expected_env[b"KIMI_OPS_RUN_DIR"] = os.fsencode(run_dir)
-    expected_env[b"KIMI_OPS_LAUNCH_ID"] = out["launch_id_file"].rstrip(b"\n")
+    expected_env[b"KIMI_OPS_LAUNCH_ID"] = out["launch_id_file"][:-1]  # printf adds one newline
     expected_env.update({os.fsencode(k): os.fsencode(v) for k, v in out["env_in"].items()})
     assert {k: environ[k] for k in expected_env if k in environ} == expected_env
     assert set(environ) - set(expected_env) <= BASH_ADDED
