@@ -164,3 +164,14 @@ def test_status_help_lists_every_state_code() -> None:
 
     for state, code in hoststate.STATE_CODES.items():
         assert f"{code} {state}: " in (status.__doc__ or "")
+
+
+def test_diagnose_prints_the_label_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from kimi_ops.diagnose import LogDiagnoser
+    from tasks.cli import print_diagnosis
+
+    d = LogDiagnoser()
+    d.feed("INFO:     Application startup complete.\n")
+    print_diagnosis(d, False, "vllm.log")
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("vllm.log: healthy: ") and "healthy: healthy" not in first

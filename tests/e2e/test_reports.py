@@ -240,7 +240,10 @@ def test_verify_never_follows_a_server_another_run_launched(dep: Deployment) -> 
 
 
 def test_dry_deploy_on_an_identical_healthy_server_changes_nothing(dep: Deployment) -> None:
-    assert dep.fab("deploy").ok
+    first = dep.fab("deploy")
+    assert first.ok, first.describe()
+    plan = [ln.split("plan: ", 1)[1] for ln in first.output.splitlines() if "plan: " in ln]
+    assert plan and len(plan) == len(set(plan)), first.describe()  # each plan line once
     server = dep.pidfile_pid()
     dry = dep.fab("deploy", "--dry")
     assert dry.ok, dry.describe()
