@@ -50,6 +50,13 @@ from kimi_ops.shell import quote as q
 from .host import FileInfo, Host
 from .report import Reporter
 
+#: When run_dir has no current log: nothing was launched, or someone deleted it while a server
+#: may still run; status tells which.
+NO_LOG_HINT = (
+    "nothing was launched yet (`fab deploy`), or the log was deleted: `fab status` says whether "
+    "a server runs"
+)
+
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
 
@@ -689,7 +696,7 @@ def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
             f"no log at {path}",
             command=out.command,
             stderr=out.stderr,
-            hint="nothing has been launched yet (`fab deploy`)",
+            hint=NO_LOG_HINT,
         )
     return out.stdout
 
@@ -733,7 +740,7 @@ def diagnose_host_log(h: Host, p: Profile, *, step: str = "diagnose") -> LogDiag
             raise StepFailed(
                 step,
                 f"no log at {r}/{CURRENT_LOG}",
-                hint="nothing has been launched yet (`fab deploy`)",
+                hint=NO_LOG_HINT,
             )
         diagnoser.feed(facts.chunk)
         offset += facts.read

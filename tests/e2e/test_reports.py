@@ -319,6 +319,9 @@ def test_a_deleted_log_is_named_and_the_server_still_checked(dep: Deployment) ->
     status = dep.fab("status")
     assert status.returncode == 0 and "serving:" in status_line(status.output), status.describe()
     assert "is missing" in status.output
+    logs = dep.fab("logs")
+    assert logs.returncode != 0 and "the log was deleted" in logs.output, logs.describe()
+    assert "nothing has been launched" not in logs.output
     verify = dep.fab("verify")
     assert verify.ok and "ready" in verify.output, verify.describe()
     server = dep.pidfile_pid()
