@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -149,7 +150,7 @@ class HostLock:
             raise StepFailed(
                 self.step,
                 f"another kimi-ops run holds the deployment lock on {self.host.name}: "
-                f"{rest.strip() or 'holder unknown'}",
+                f"{re.sub(r' token=[0-9a-f]+', '', rest.strip()) or 'holder unknown'}",
                 command=command,
                 hint="wait for it to finish; a holder that died releases the lock by itself",
             )

@@ -657,6 +657,13 @@ def verify(
         if verdict.probe_due and not verdict.done:
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
             verdict = state.feed_probe(vfy.parse_probe(res.stdout + res.stderr), clock() - start)
+            if verdict.ok and expect_launch_id:
+                # The answer came from the port: prove the launch there is still this run's.
+                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
+                facts = vfy.parse_poll(out.stdout)
+                recheck = state.feed_poll(facts, clock() - start)
+                if recheck.done:  # replaced, stopped or gone meanwhile
+                    verdict = recheck
         if verdict.done:
             break
         reporter.progress(step, verdict.message)

@@ -175,3 +175,35 @@ def test_diagnose_prints_the_label_once(capsys: pytest.CaptureFixture[str]) -> N
     print_diagnosis(d, False, "vllm.log")
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("vllm.log: healthy: ") and "healthy: healthy" not in first
+
+
+def test_deploy_verify_rechecks_the_launch_after_the_answer_came_from_the_port() -> None:
+    """The chat answered, but by then another run's launch is current: not this run's ready."""
+    from tasks.report import Reporter
+    from tasks.testing import Reply
+
+    server = "/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --port 8000"
+    log = "INFO:     Application startup complete.\n"
+
+    def poll(launch: str, chunk: str) -> Reply:
+        return Reply(
+            f"pid=7\nlaunch_id={launch}\nstop=\nargs={server}\nsize={len(log)}\n"
+            f"read={len(chunk)}\n@@log\n{chunk}"
+        )
+
+    conn = ScriptedConnection()
+    conn.on(r"@@log", poll("L1", log), poll("L2", ""))
+    conn.on(
+        r"kimi_probe\.py",
+        stdout='{"health": 200, "models_status": 200, "models": ["kimi-k2.5"], '
+        '"chat_status": 200, "answer": "Hi", "error": ""}',
+    )
+    profile = load_profile({"run_dir": "/srv/kimi", "poll_interval": 0.01})
+    res = steps.verify(
+        Host(conn, profile),  # type: ignore[arg-type]
+        profile,
+        Reporter(quiet=True),
+        sleep=lambda s: None,
+        expect_launch_id="L1",
+    )
+    assert res.failed and "launch L2 replaced it" in res.message, res
