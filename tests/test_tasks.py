@@ -283,3 +283,34 @@ def test_local_context_is_the_local_machine(tmp_path) -> None:
     out = host.run("echo hello", step="t")
     assert out.stdout == "hello\n"
     assert host.resolve("~/x").endswith("/x") and not host.resolve("~/x").startswith("~")
+
+
+SHM_USAGE = (
+    "dir=/dev/shm\nnow=1000000\n"
+    "F\t104857600\t999000\t0\t600\t/dev/shm/psm_theirs\n"
+    "F\t32\t999000\t0\t600\t/dev/shm/sem.mp-ours\n"
+    "/proc/777/maps:7f00-7f10 rw-s 00000000 00:1a 12 /dev/shm/psm_theirs\n"
+)
+
+
+def test_clean_shm_removes_unused_files_and_names_the_kept_ones() -> None:
+    conn = ScriptedConnection().on(r"for m in /proc/", stdout=SHM_USAGE)
+    res = steps.clean_shm(_host(conn), PROFILE)
+    assert res.status is Status.CHANGED, res
+    assert "removed 1 stale shm file(s), 32 B freed; kept 1 in use" in res.message
+    assert res.lines == ("kept /dev/shm/psm_theirs: in use by PID 777",)
+    (rm,) = conn.ran(r"^rm -f")
+    assert rm == "rm -f -- /dev/shm/sem.mp-ours"
+
+
+def test_clean_shm_fails_when_unreadable_maps_leave_nothing_decidable() -> None:
+    usage = SHM_USAGE.replace("/proc/777/maps:", "/proc/777/nomaps:") + "U 4242 0\n"
+    conn = ScriptedConnection().on(r"for m in /proc/", stdout=usage)
+    res = steps.clean_shm(_host(conn), PROFILE)
+    assert res.status is Status.FAILED and "cannot tell whether 2 shm file(s)" in res.message
+    assert "run it as root" in res.hint
+    assert all("possibly in use: the maps of PID 4242" in ln for ln in res.lines)
+    assert not conn.ran(r"^rm ")
+    # deploy's clean-shm (refuse_fails=False) reports the same and goes on.
+    res2 = steps.clean_shm(_host(conn), PROFILE, refuse_fails=False)
+    assert res2.status is Status.OK and "kept 2" in res2.message
