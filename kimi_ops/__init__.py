@@ -30,10 +30,11 @@ from .procs import (
     Listing,
     Proc,
     Selection,
-    alive_servers,
+    owned_processes,
+    parse_listing,
     parse_ps,
-    select_server_processes,
     server_args,
+    server_port,
     signal_command,
 )
 from .profile import Profile, StandinSettings, load_profile, secret_env_values
@@ -82,10 +83,11 @@ __all__ = [
     "Listing",
     "Proc",
     "Selection",
+    "parse_listing",
     "parse_ps",
-    "select_server_processes",
-    "alive_servers",
+    "owned_processes",
     "server_args",
+    "server_port",
     "signal_command",
     # shared memory
     "ShmFile",

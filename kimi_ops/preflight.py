@@ -19,6 +19,7 @@ from . import compat, sizing
 from .cpu import CpuFacts, MemoryNode, clamp_to_cgroup
 from .facts import CONFIG_BACKUP, HF_QUANT_BACKUP, Gpu, GpuProcess, HostFacts
 from .redact import DEFAULT_SECRET_PATTERNS, redact_env
+from .shm import human_bytes
 
 if TYPE_CHECKING:
     from .profile import Profile
@@ -28,6 +29,8 @@ Status = Literal["pass", "warn", "fail"]
 GIB = 1024**3
 #: Below this much free space in run_dir's file system (logs) preflight warns.
 MIN_RUN_DIR_FREE_BYTES = 1 * GIB
+#: Room for a new launch's log (and its startup output) that run_dir must have besides the files.
+LOG_RESERVE_BYTES = 1024**2
 #: Below this much free space in /dev/shm (NCCL and vLLM's shm broadcast) preflight warns.
 MIN_SHM_FREE_BYTES = 1 * GIB
 #: GPU memory in use with no compute process listed above which preflight warns (MiB).
@@ -105,7 +108,8 @@ def preflight_report(
 
 
 def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / GIB:.1f} GiB"
+    """A size in the unit that shows it (``4.0 KiB``, ``540.2 GiB``), never ``0.0 GiB``."""
+    return human_bytes(n_bytes)
 
 
 def _size(n_bytes: int) -> str:
@@ -424,18 +428,24 @@ def _check_port(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
     )
 
 
-def _check_disk(profile: Profile, facts: HostFacts) -> Check:
+def _check_disk(profile: Profile, facts: HostFacts, need: int) -> Check:
     disk = facts.run_dir_disk
     where = facts.run_dir_probe or profile.run_dir
     if disk is None:
         return Check("disk", "warn", f"cannot read free space for run_dir {profile.run_dir}")
-    if disk.free_bytes < MIN_RUN_DIR_FREE_BYTES:
+    free = human_bytes(disk.free_bytes)
+    if need and disk.free_bytes < need:
         return Check(
             "disk",
-            "warn",
-            f"only {_gib(disk.free_bytes)} free on {disk.path} (run_dir {where}); logs may fill it",
+            "fail",
+            f"only {free} free on {disk.path} (run_dir {where}); the launch files and a log "
+            f"need {human_bytes(need)}",
         )
-    return Check("disk", "pass", f"{_gib(disk.free_bytes)} free on {disk.path} (run_dir {where})")
+    if disk.free_bytes < MIN_RUN_DIR_FREE_BYTES:
+        return Check(
+            "disk", "warn", f"only {free} free on {disk.path} (run_dir {where}); logs may fill it"
+        )
+    return Check("disk", "pass", f"{free} free on {disk.path} (run_dir {where})")
 
 
 def _check_shm(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
@@ -895,12 +905,14 @@ def _check_kv_cache_fit(profile: Profile, facts: HostFacts, own: set[int]) -> Ch
 
 
 def run_checks(
-    profile: Profile, facts: HostFacts, *, own_pids: Collection[int] = ()
+    profile: Profile, facts: HostFacts, *, own_pids: Collection[int] = (), run_dir_need: int = 0
 ) -> list[Check]:
     """Every preflight check, in a fixed order.
 
     ``own_pids`` are the processes of this deployment's own running server (which deploy
     replaces): GPU memory or the port held by them only warns; anything else holding them fails.
+    ``run_dir_need``: bytes run_dir's file system must have free (the launch files and a log);
+    less fails, before deploy ends anything.
     """
     own = set(own_pids)
     checks: list[Check] = []
@@ -917,7 +929,7 @@ def run_checks(
         checks += _check_cpu_model(profile, facts, facts.cpu or CpuFacts())
     checks.append(_check_kv_cache_fit(profile, facts, own))
     checks.append(_check_port(profile, facts, own))
-    checks.append(_check_disk(profile, facts))
+    checks.append(_check_disk(profile, facts, run_dir_need))
     checks.append(_check_shm(profile, facts, own))
     checks.append(_check_remove_ipc(profile, facts))
     return checks

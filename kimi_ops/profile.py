@@ -48,6 +48,48 @@ RESERVED_ENV = frozenset(
 )
 _CC = re.compile(r"^\d+\.\d+$")
 
+#: vLLM flags the profile itself sets on the server's command line: flag -> the profile key to
+#: use instead. Given again in ``extra_args`` they would make the server listen elsewhere, serve
+#: another name or demand a key verify does not know (vLLM's last flag wins), so they are refused.
+PROFILE_FLAGS: dict[str, str] = {
+    "--model": "model",
+    "--served-model-name": "served_model_name",
+    "--host": "host",
+    "--port": "port",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--trust-remote-code": "trust_remote_code",
+    "--no-trust-remote-code": "trust_remote_code",
+    "--api-key": "api_key (or api_key_env)",
+    "--tool-call-parser": "tool_call_parser",
+    "--reasoning-parser": "reasoning_parser",
+}
+
+
+def profile_flag(arg: str) -> str | None:
+    """The :data:`PROFILE_FLAGS` flag ``arg`` spells (``--port``, ``--port=8001``,
+    ``--served_model_name x``: vLLM reads underscores as dashes), or None."""
+    if not arg.startswith("-"):
+        return None
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name if name in PROFILE_FLAGS else None
+
+
+def _extra_args(value: Any) -> tuple[str, ...]:
+    args = _str_list("extra_args", value)
+    for i, arg in enumerate(args):
+        flag = profile_flag(arg)
+        if flag is not None:
+            key = PROFILE_FLAGS[flag]
+            raise ProfileError(
+                f"extra_args[{i}]",
+                f"{flag} is set by the profile: use kimi.{key} instead",  # never the value
+                hint=f"remove {flag} from extra_args and set kimi.{key.split()[0]}",
+            )
+    return args
+
 
 @dataclass(frozen=True)
 class StandinSettings:
@@ -456,7 +498,7 @@ def load_profile(
         reasoning_parser=_str("reasoning_parser", data["reasoning_parser"], optional=True),
         trust_remote_code=_bool("trust_remote_code", data["trust_remote_code"]),
         env=_env("env", data["env"]),
-        extra_args=_str_list("extra_args", data["extra_args"]),
+        extra_args=_extra_args(data["extra_args"]),
         run_dir=_str("run_dir", data["run_dir"]) or "",
         keep_logs=keep_logs,
         startup_timeout=_num("startup_timeout", data["startup_timeout"]),

@@ -1,8 +1,10 @@
 """The launch script and the commands that start it, rendered from a Profile (pure).
 
 The script is bash with ``set -euo pipefail``; every value is quoted with :func:`shlex.quote`; it
-exports the environment, loads the secrets file if present, records the launch id, writes its own
-PID to the pidfile and then ``exec``\\ s the server, so the pidfile names the server itself. It
+exports the environment, loads the secrets file if present, exports ``KIMI_OPS_RUN_DIR`` and
+``KIMI_OPS_LAUNCH_ID`` (which every process of the server's tree inherits: that is how kill-stale
+knows what is this deployment's), records the launch id, writes its own PID to the pidfile and then
+``exec``\\ s the server, so the pidfile names the server itself. It
 is uploaded, never sent inline: no multi-line command goes over SSH.
 """
 
@@ -24,6 +26,7 @@ from .defaults import (
     STANDIN_CONFIG,
     STANDIN_SCRIPT,
 )
+from .procs import LAUNCH_ID_VAR, RUN_DIR_VAR
 from .profile import Profile
 from .shell import quote
 
@@ -126,6 +129,8 @@ def render_launch_script(
         '  echo "kimi-ops: the profile\'s python is not an executable file: $kimi_ops_server" >&2',
         "  exit 127",
         "fi",
+        # Ownership: every process of the tree inherits these (kimi_ops.procs.owned_processes).
+        f'export {RUN_DIR_VAR}="$kimi_ops_run_dir" {LAUNCH_ID_VAR}="$kimi_ops_launch_id"',
         f"printf '%s\\n' \"$kimi_ops_launch_id\" > {LAUNCH_ID_FILE}.tmp",
         f"mv -f {LAUNCH_ID_FILE}.tmp {LAUNCH_ID_FILE}",
         f"printf '%s\\n' \"$$\" > {PIDFILE}.tmp && mv -f {PIDFILE}.tmp {PIDFILE}",

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import json
 import math
+import mmap
 import os
 import random
 import re
@@ -765,6 +766,11 @@ def gpu_usage(cfg: dict[str, Any]) -> dict[int, list[tuple[int, str, int]]]:
 # ------------------------------------------------------------------------------------------
 
 
+#: Like vLLM, the stand-in keeps its shm files mapped while it runs (forked children inherit the
+#: mappings): clean-shm decides per file from /proc/PID/maps, so a live server's files must show.
+_SHM_MAPS: list[mmap.mmap] = []
+
+
 def create_shm_files(shm_dir: str, queues: int, api: Role) -> list[str]:
     made: list[str] = []
     alphabet = string.ascii_lowercase + string.digits + "_"
@@ -779,6 +785,7 @@ def create_shm_files(shm_dir: str, queues: int, api: Role) -> list[str]:
                 made.append(path)
                 try:
                     os.ftruncate(fd, size)
+                    _SHM_MAPS.append(mmap.mmap(fd, size))
                 finally:
                     os.close(fd)
     except OSError as exc:

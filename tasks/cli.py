@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ from invoke.exceptions import Exit
 
 from kimi_ops.diagnose import Diagnosis, LogDiagnoser
 from kimi_ops.errors import KimiOpsError
-from kimi_ops.result import format_result, skipped
+from kimi_ops.hoststate import STATE_CODES, STATE_MEANINGS
+from kimi_ops.result import StepResult, format_result, skipped
 
 from . import masking, steps
+from . import state as host_state
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
 from .host import host_names, is_connection
 from .lock import HostLock
@@ -92,11 +95,18 @@ def kimi_task(
             **extra: Any,
         ) -> None:  # fmt: skip
             with session(c, ov, step=step, dry=is_dry, quiet=quiet, **extra) as s:
-                if lock:
-                    with HostLock(s.host, s.profile.run_dir, step):
+                try:
+                    if lock:
+                        with HostLock(s.host, s.profile.run_dir, step):
+                            fn(s, **mine)
+                    else:
                         fn(s, **mine)
-                else:
-                    fn(s, **mine)
+                except KeyboardInterrupt:
+                    # Say what the host runs now: the run may have ended the old server.
+                    done = ", ".join(f"{r.step} {r.status}" for r in s.reporter.results)
+                    s.reporter.info(f"interrupted after: {done or 'nothing'}")
+                    s.reporter.info(host_state.now_line(s.host, s.profile, step=step))
+                    raise
 
         def body(c: Context, **kw: Any) -> None:
             fleet_hosts = kw.pop("fleet_hosts", None)
@@ -208,6 +218,8 @@ def run_on_fleet(
         bad = [r for r in reporter.results if r.failed]
         last = bad[-1] if bad else (reporter.results[-1] if reporter.results else None)
         if last is not None:
+            if step == "status" and last.data.get("state"):
+                outcome.result = str(last.data["state"])  # serving, stopped, crashed, ...
             outcome.step = last.step if outcome.result == "failed" else ""
             outcome.message = last.message
             outcome.label = (last.data.get("diagnosis") or {}).get("label", "")
@@ -228,7 +240,7 @@ def run_on_fleet(
 @kimi_task("kill-stale", dry=True)
 def kill_stale(s: Session) -> None:
     """End this deployment's vLLM server (SIGTERM, grace, SIGKILL); never the shell or decoys."""
-    s.report(steps.kill_stale(s.host, s.profile))
+    stop_server(s, "kill-stale")
 
 
 @kimi_task("clean-shm", dry=True)
@@ -259,7 +271,8 @@ def upload_script(s: Session) -> None:
 @kimi_task("launch", dry=True, lock=True)
 def launch(s: Session) -> None:
     """Start the uploaded script detached; confirm the PID is alive and the log exists."""
-    s.report(steps.launch(s.host, s.profile))
+    res = steps.launch(s.host, s.profile)
+    s.report(with_now(s, res) if res.failed else res)
 
 
 @kimi_task("verify", fleet=True)
@@ -304,34 +317,60 @@ def run_deploy(s: Session, *, restart: bool = False) -> None:
     s.report(pre.result)
     plan = pre.plan
     files = steps.upload_files(p, plan=plan, secrets_env=s.secrets)
-    if not restart and not h.dry:
-        unchanged = steps.running_unchanged(h, p, files)
-        if unchanged is not None:
-            s.report(unchanged)
-            s.reporter.recap()
-            return
+    # A dry run takes the same decision: the shortcut only reads (no mutating command).
+    unchanged = None if restart else steps.running_unchanged(h, p, files)
+    if unchanged is not None:
+        # The running server is the one these files make; the checkpoint on disk must still
+        # be what the plan says (e.g. `patch-kv-config --restore` undid the patch since).
+        if plan.patch_kv_config:
+            s.report(steps.patch_kv_config(h, p))
+        s.report(unchanged)
+        s.reporter.recap()
+        return
+    host_state.mark_stopping(h, p, step="deploy")
     s.report(steps.kill_stale(h, p))
     s.report(steps.clean_shm(h, p, refuse_fails=False))
     if plan.patch_kv_config:
         s.report(steps.patch_kv_config(h, p))
     else:
         s.report(skipped("patch-kv-config", plan.reason))
-    for note in plan.notes:
-        s.reporter.info(f"plan: {note}")
     s.report(steps.upload_script(h, p, plan=plan, secrets_env=s.secrets))
     if h.dry:
         s.report(skipped("launch", "dry run"))
         s.report(skipped("verify", "dry run"))
         return
-    s.report(steps.launch(h, p))
-    s.report(steps.verify(h, p, s.reporter))
+    launched = steps.launch(h, p)
+    if launched.failed:
+        launched = with_now(s, launched)
+    s.report(launched)
+    launch_id = launched.data.get("launch_id")
+    s.report(steps.verify(h, p, s.reporter, expect_launch_id=launch_id))
     s.reporter.recap()
+
+
+def with_now(s: Session, res: StepResult) -> StepResult:
+    """A failed result with one more line: what runs on the host now."""
+    now = host_state.now_line(s.host, s.profile, step=res.step)
+    return replace(res, lines=(*res.lines, now))
 
 
 @kimi_task("status", fleet=True)
 def status(s: Session) -> None:
-    """Show the server's process, PID, uptime, stage, health and GPU memory."""
-    s.report(steps.status(s.host, s.profile))
+    """Show the server's state, PID, uptime, stage, health and GPU memory.
+
+    Exits with the state's code (1: the state could not be read, e.g. no SSH):
+    {codes}
+    With several hosts: 0 when all serve, else the highest code of any host.
+    """
+    res, state = host_state.status(s.host, s.profile)
+    s.reporter.result(res)
+    if not state.serving:
+        raise Exit(code=state.code)
+
+
+status.__doc__ = (status.__doc__ or "").replace(
+    "{codes}", "\n    ".join(f"{v} {k}: {STATE_MEANINGS[k]}" for k, v in STATE_CODES.items())
+)
 
 
 @kimi_task(
@@ -356,7 +395,13 @@ def _write(text: str) -> None:
 @kimi_task("stop", dry=True, lock=True, fleet=True)
 def stop(s: Session) -> None:
     """Stop this deployment's server (SIGTERM, then SIGKILL after the grace period)."""
-    s.report(steps.kill_stale(s.host, s.profile, step="stop"))
+    stop_server(s, "stop")
+
+
+def stop_server(s: Session, step: str) -> None:
+    """The stop marker (status and verify then say stopped, not crashed), then kill-stale."""
+    host_state.mark_stopping(s.host, s.profile, step=step)
+    s.report(steps.kill_stale(s.host, s.profile, step=step))
 
 
 @task(
@@ -405,7 +450,8 @@ def _print_diagnosis(d: Diagnosis, as_json: bool, source: str) -> None:
     if as_json:
         print(_dumps({"source": source, **d.to_dict()}))
         return
-    print(f"{source}: {d.label}: {d.summary}")
+    said = d.summary if d.summary.startswith(f"{d.label}:") else f"{d.label}: {d.summary}"
+    print(f"{source}: {said}")
     if d.stage:
         print(f"  stage: {d.stage}" + (f" ({d.progress})" if d.progress else ""))
     for line in d.evidence[:5]:

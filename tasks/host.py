@@ -170,6 +170,9 @@ class Host:
         if runners is not None:
             runners.remote = WholeOutputRemote
             runners.local = WholeOutputLocal
+        #: While the deployment lock is held: a tasks.lock.LockGuard that wraps every mutating
+        #: command with a check that the lock is still ours (and raises when it is not).
+        self.guard: Any = None
         if self.remote:
             self._setup_connection()
 
@@ -290,8 +293,9 @@ class Host:
             )
 
         try:
+            guarded = self.guard is not None and mutating
             result = self.c.run(
-                with_timeout(command, limit),
+                with_timeout(self.guard.wrap(command) if guarded else command, limit),
                 hide="stdout" if show_stderr else True,
                 warn=True,
                 pty=False,
@@ -306,6 +310,8 @@ class Host:
         except (paramiko.SSHException, OSError) as exc:
             raise self.connect_error(exc) from exc
         out = Output(command, result.stdout, result.stderr, int(result.exited))
+        if guarded:
+            self.guard.check(out, step)
         if out.exited in (124, 137) and time.monotonic() - started >= limit * 0.95:
             raise timed_out("ended on the host by coreutils timeout")
         if TRACE:

@@ -21,7 +21,6 @@ from kimi_ops import facts as facts_mod
 from kimi_ops import kvpatch, logview, procs, shm
 from kimi_ops import script as launch_script
 from kimi_ops import verify as vfy
-from kimi_ops.cpu import STATUS_MEMORY_COMMAND, memory_status, memory_status_line
 from kimi_ops.defaults import (
     CURRENT_LOG,
     DIAGNOSE_MODULE,
@@ -38,13 +37,27 @@ from kimi_ops.defaults import (
 from kimi_ops.diagnose import Diagnosis, LogDiagnoser, diagnose
 from kimi_ops.errors import StepFailed
 from kimi_ops.facts import HostFacts
-from kimi_ops.preflight import Check, Plan, build_plan, preflight_report, run_checks
+from kimi_ops.preflight import (
+    LOG_RESERVE_BYTES,
+    Check,
+    Plan,
+    build_plan,
+    preflight_report,
+    run_checks,
+)
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, failed, ok, skipped
 from kimi_ops.shell import quote as q
 
 from .host import FileInfo, Host
 from .report import Reporter
+
+#: When run_dir has no current log: nothing was launched, or someone deleted it while a server
+#: may still run; status tells which.
+NO_LOG_HINT = (
+    "nothing was launched yet (`fab deploy`), or the log was deleted: `fab status` says whether "
+    "a server runs"
+)
 
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
@@ -57,23 +70,32 @@ def _run_dir(p: Profile) -> str:
 # --- kill-stale / stop ------------------------------------------------------------------------
 
 
-def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None]:
-    """One round trip: the pidfile's PID and the process listing (with the listing shell's PID)."""
-    pidfile = f"{_run_dir(p)}/{PIDFILE}"
+def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, str | None]:
+    """One round trip: the pidfile's PID, the current launch id and the process listing."""
+    r = _run_dir(p)
     out = h.run(
-        f"cat {q(pidfile)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; " + procs.LISTING_COMMAND,
+        f"cat {q(r + '/' + PIDFILE)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; "
+        f"cat {q(r + '/' + LAUNCH_ID_FILE)} 2>/dev/null | sed -n '1s/^/launch_id=/p'; "
+        + procs.LISTING_COMMAND,
         step=step,
         mutating=False,
     )
-    pid_text = next(
-        (
-            ln[len("pidfile=") :].strip()
-            for ln in out.stdout.splitlines()
-            if ln.startswith("pidfile=")
-        ),
-        "",
+    head = launch_script.parse_key_values(
+        "\n".join(ln for ln in out.stdout.split("\n") if ln.startswith(("pidfile=", "launch_id=")))
     )
-    return procs.parse_ps(out.stdout), int(pid_text) if pid_text.isdigit() else None
+    pid_text = head.get("pidfile", "").strip()
+    launch_id = head.get("launch_id", "").strip() or None
+    return (
+        procs.parse_listing(out.stdout),
+        int(pid_text) if pid_text.isdigit() else None,
+        launch_id,
+    )
+
+
+def owned(h: Host, p: Profile, step: str) -> procs.Selection:
+    """This deployment's processes on the host now (orphans and stale launches included)."""
+    found, pidfile_pid, launch_id = listing(h, p, step)
+    return procs.owned_processes(found, _run_dir(p), pidfile_pid, launch_id, port=p.port)
 
 
 def kill_stale(
@@ -84,13 +106,18 @@ def kill_stale(
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
 ) -> StepResult:
-    """End this deployment's server: SIGTERM, a grace period, then SIGKILL. Never the shell
-    running the command, its ancestors, or processes that merely mention vllm."""
-    found, pidfile_pid = listing(h, p, step)
-    selection = procs.select_server_processes(found, port=p.port, pidfile_pid=pidfile_pid)
+    """End this deployment's processes (its server tree, orphans and stale launches): SIGTERM, a
+    grace period, then SIGKILL. Never another deployment's, the shell running the command, its
+    ancestors, or processes that merely mention vllm or carry a vLLM title."""
+    selection = owned(h, p, step)
+    foreign = tuple(selection.describe_foreign())
     if not selection.targets:
-        return ok(step, f"no server process of this deployment (port {p.port}) is running")
-    lines = tuple(selection.describe())
+        return ok(
+            step,
+            f"no process of this deployment ({_run_dir(p)}) is running",
+            lines=foreign,
+        )
+    lines = tuple(selection.describe()) + foreign
     if h.dry:
         return skipped(
             step, f"dry run: would end {len(selection.targets)} process(es)", lines=lines
@@ -101,7 +128,7 @@ def kill_stale(
     remaining = list(selection.targets)
     while remaining and clock() < deadline:
         sleep(min(0.5, max(0.05, p.grace_seconds / 10)))
-        now, _ = listing(h, p, step)
+        now, _, _ = listing(h, p, step)
         remaining = procs.still_running(selection, now)
     killed: list[int] = []
     if remaining:
@@ -109,7 +136,7 @@ def kill_stale(
         killed, _ = procs.parse_signal_output(out.stdout)
         for _ in range(20):
             sleep(0.25)
-            now, _ = listing(h, p, step)
+            now, _, _ = listing(h, p, step)
             remaining = procs.still_running(selection, now)
             if not remaining:
                 break
@@ -125,11 +152,20 @@ def kill_stale(
     how = f"SIGTERM to {len(sent)}"
     if killed:
         how += f", SIGKILL to {len(killed)} after {p.grace_seconds:g} s"
+    orphans = len(selection.orphans)
+    what = f"{len(selection.targets)} process(es)" + (
+        f", {orphans} of them orphans" if orphans else ""
+    )
     return changed(
         step,
-        f"ended {len(selection.targets)} process(es) ({how})",
+        f"ended {what} ({how})",
         lines=lines,
-        data={"pids": selection.pids, "killed": killed},
+        data={
+            "pids": selection.pids,
+            "killed": killed,
+            "orphans": sorted(selection.orphans),
+            "left_alone": [x.pid for x, _ in selection.foreign],
+        },
     )
 
 
@@ -139,40 +175,45 @@ def kill_stale(
 def clean_shm(
     h: Host, p: Profile, *, step: str = "clean-shm", refuse_fails: bool = True
 ) -> StepResult:
-    """Remove stale /dev/shm/psm_* and sem.mp-* files, only while no vLLM server is alive."""
-    out = h.run(
-        procs.LISTING_COMMAND
-        + "; echo @@shm; "
-        + shm.list_command(p.shm_dir)
-        + " 2>/dev/null; true",
-        step=step,
-        mutating=False,
-    )
-    ps_text, _, shm_text = out.stdout.partition("@@shm\n")
-    alive = procs.alive_servers(procs.parse_ps(ps_text))
-    files = shm.parse_shm_listing(shm_text, p.shm_dir)
-    plan = shm.plan_shm_cleanup(files, alive.pids)
-    if plan.refused:
-        msg = f"refused: {plan.refused}; {len(files)} shm file(s) left in place"
-        hint = "stop the server first (`fab stop` or `fab kill-stale`)"
-        if refuse_fails:
-            return failed(step, msg, hint=hint, lines=tuple(alive.describe()))
-        return skipped(step, msg, lines=tuple(alive.describe()))
+    """Remove the psm_* and sem.mp-* files in shm_dir that no live process maps or holds open
+    (and that are older than a few seconds). Files in use (another deployment's live server)
+    are kept and named. ``refuse_fails``: fail when a file had to be kept only because some
+    process's maps could not be read (the `clean-shm` task); deploy passes False."""
+    out = h.run(shm.usage_command(p.shm_dir), step=step, mutating=False)
+    usage = shm.parse_usage(out.stdout, p.shm_dir)
+    plan = shm.plan_shm_cleanup(usage)
+    kept = tuple(f"kept {f.path}: {why}" for f, why in plan.kept)
+    if plan.undecided and refuse_fails and not plan.files:
+        return failed(
+            step,
+            f"cannot tell whether {len(plan.undecided)} shm file(s) are in use: "
+            "some processes' maps cannot be read; nothing removed",
+            lines=kept,
+            hint="run it as root (or as the user of every process on the host)",
+        )
     if not plan.files:
+        if kept:
+            return ok(step, f"no stale shared memory in {p.shm_dir}; kept {len(kept)}", lines=kept)
         return ok(step, f"no stale shared memory in {p.shm_dir}")
     size = shm.human_bytes(plan.total_bytes)
     if h.dry:
         return skipped(
             step,
             f"dry run: would remove {len(plan.files)} file(s), {size}",
-            lines=tuple(f.path for f in plan.files[:20]),
+            lines=tuple(f.path for f in plan.files[:20]) + kept,
         )
     for command in shm.remove_commands(plan.files, p.shm_dir):
         h.run(command, step=step)
+    extra = f"; kept {len(kept)} in use" if kept else ""
     return changed(
         step,
-        f"removed {len(plan.files)} stale shm file(s), {size} freed",
-        data={"count": len(plan.files), "bytes": plan.total_bytes},
+        f"removed {len(plan.files)} stale shm file(s), {size} freed{extra}",
+        lines=kept,
+        data={
+            "count": len(plan.files),
+            "bytes": plan.total_bytes,
+            "kept": [{"path": f.path, "why": why} for f, why in plan.kept],
+        },
     )
 
 
@@ -462,8 +503,8 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
     )
     gathered, _, ps_text = out.stdout.rpartition("@@kimi-ops:ps\n")
     host_facts = facts_mod.parse_gathered(gathered)
-    own = procs.select_server_processes(
-        procs.parse_ps(ps_text), port=p.port, pidfile_pid=host_facts.pidfile_pid
+    own = procs.owned_processes(
+        procs.parse_listing(ps_text), _run_dir(p), host_facts.pidfile_pid, port=p.port
     )
     return host_facts, tuple(own.pids)
 
@@ -471,7 +512,8 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
 def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutcome:
     """Check GPUs, vLLM, the model, the port, disk, /dev/shm and RemoveIPC; decide the plan."""
     host_facts, own = gather(h, p, step=step)
-    checks = tuple(run_checks(p, host_facts, own_pids=own))
+    need = sum(len(data) for data, _ in upload_files(p).values()) + LOG_RESERVE_BYTES
+    checks = tuple(run_checks(p, host_facts, own_pids=own, run_dir_need=need))
     plan = build_plan(p, host_facts)
     lines = [f"{c.status:<4} {c.name}: {c.detail}" for c in checks]
     lines.append(f"plan: patch_kv_config={str(plan.patch_kv_config).lower()}: {plan.reason}")
@@ -565,17 +607,21 @@ def launch(
                 if bad
             )
             message = f"never started: {missing} missing {took:.1f} s after launch"
-        tail = printed.strip().splitlines()[-30:] or ["(the launcher printed nothing)"]
+        tail = printed.strip().splitlines()[-30:]
         if diag is not None and diag.failed:
             tail = [f"label: {diag.label}", *(f"evidence: {e}" for e in diag.evidence[:3]), *tail]
-        return failed(
-            step,
-            message,
-            lines=tuple(tail),
-            stderr=out.stderr,
-            hint=diag.hint if diag and diag.failed else "see the launcher output above",
-            data=data,
-        )
+        if diag is not None and diag.failed:
+            hint = diag.hint
+        elif tail or out.stderr.strip():
+            hint = "the launcher's output above says why"
+        else:
+            where = f"{log} exists but is empty" if has_log else f"{log} was not created"
+            tail = [f"the launcher printed nothing: {where}"]
+            hint = (
+                f"nothing could write to {r}: check its free space and permissions "
+                f"(`df -h {r}`, `ls -ld {r}`)"
+            )
+        return failed(step, message, lines=tuple(tail), stderr=out.stderr, hint=hint, data=data)
     return changed(
         step,
         f"started PID {pid}; log {log}",
@@ -595,14 +641,19 @@ def verify(
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
     from_end: bool = False,
+    expect_launch_id: str | None = None,
 ) -> StepResult:
-    """Poll until ready, failed, or startup_timeout (see :mod:`kimi_ops.verify`)."""
+    """Poll until ready, failed, or startup_timeout (see :mod:`kimi_ops.verify`).
+
+    ``expect_launch_id``: the launch this run started; verify fails if another launch replaced
+    it rather than follow a server this run did not start."""
     r = _run_dir(p)
     state = vfy.VerifyState(
         p.served_model_name,
         p.startup_timeout,
         p.stall_timeout,
         context={"port": p.port, "served_model_name": p.served_model_name},
+        expected_launch_id=expect_launch_id,
     )
     start = clock()
     probe = _probe_command(p)
@@ -616,6 +667,13 @@ def verify(
         if verdict.probe_due and not verdict.done:
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
             verdict = state.feed_probe(vfy.parse_probe(res.stdout + res.stderr), clock() - start)
+            if verdict.ok and expect_launch_id:
+                # The answer came from the port: prove the launch there is still this run's.
+                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
+                facts = vfy.parse_poll(out.stdout)
+                recheck = state.feed_poll(facts, clock() - start)
+                if recheck.done:  # replaced, stopped or gone meanwhile
+                    verdict = recheck
         if verdict.done:
             break
         reporter.progress(step, verdict.message)
@@ -627,6 +685,7 @@ def verify(
         "diagnosis": diag.to_dict(),
         "seconds": round(clock() - start, 1),
         "pid": facts.pid,
+        "launch_id": facts.launch_id,
     }
     if verdict.ok:
         return ok(
@@ -642,62 +701,7 @@ def verify(
     return failed(step, verdict.message, lines=tuple(lines), hint=diag.hint, data=data)
 
 
-# --- status / logs ----------------------------------------------------------------------------
-
-
-def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
-    """Process, PID, uptime, stage, health and GPU memory, in two round trips."""
-    r = _run_dir(p)
-    out = h.run(
-        f'pid=$(cat {q(r + "/" + PIDFILE)} 2>/dev/null || true); echo "pid=$pid"; '
-        f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
-        f"{STATUS_MEMORY_COMMAND}; "
-        'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
-        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
-        f'echo "gpu=$({facts_mod.nvidia_smi_command(p)} '
-        "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
-        "| tr '\\n' ';')\"; "
-        f"echo @@log; tail -c 262144 {q(r + '/' + CURRENT_LOG)} 2>/dev/null; true",
-        step=step,
-        mutating=False,
-    )
-    head, _, log = out.stdout.partition("@@log\n")
-    info = launch_script.parse_key_values(head)
-    args = info.get("args", "")
-    alive = bool(args) and (procs.server_args(args) is not None or procs.is_vllm_title(args))
-    diag = diagnose(log, {"port": p.port})
-    lines = [f"launch: {info.get('launch_id') or 'none'}"]
-    lines.append(
-        f"stage: {diag.stage or 'none'}" + (f" ({diag.progress})" if diag.progress else "")
-    )
-    lines.append(f"log: {diag.label}" + (f" - {diag.summary}" if diag.failed else ""))
-    memory = memory_status(info)
-    if info.get("gpu"):
-        lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
-    elif line := memory_status_line(memory):
-        lines.append(line)  # a CPU host (no nvidia-smi): the server's RSS and host memory
-    data = {
-        "pid": info.get("pid"),
-        "alive": alive,
-        "uptime": info.get("etime"),
-        "diagnosis": diag.to_dict(),
-        "memory": memory,
-    }
-    if not alive:
-        return ok(
-            step,
-            "no server running"
-            + (f" (pidfile names {info['pid']}, not alive)" if info.get("pid") else ""),
-            lines=tuple(lines),
-            data=data,
-        )
-    probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=60)
-    result = vfy.parse_probe(probe.stdout + probe.stderr)
-    data["health"] = result.health
-    lines.append("http: " + result.describe(p.served_model_name))
-    return ok(
-        step, f"server PID {info['pid']} up {info.get('etime', '?')}", lines=tuple(lines), data=data
-    )
+# --- logs (status is in tasks/state.py) ------------------------------------------------------
 
 
 def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
@@ -717,7 +721,7 @@ def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
             f"no log at {path}",
             command=out.command,
             stderr=out.stderr,
-            hint="nothing has been launched yet (`fab deploy`)",
+            hint=NO_LOG_HINT,
         )
     return logview.cap_lines(out.stdout, p.log_line_limit)
 

@@ -88,7 +88,7 @@ def test_public_api_is_reexported() -> None:
 
     for name in kimi_ops.__all__:
         assert hasattr(kimi_ops, name), name
-    assert {"load_profile", "render_launch_script", "select_server_processes", "plan_patch",
+    assert {"load_profile", "render_launch_script", "owned_processes", "plan_patch",
             "diagnose", "plan_shm_cleanup"} <= set(kimi_ops.__all__)  # fmt: skip
 
 

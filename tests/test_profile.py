@@ -81,3 +81,33 @@ def test_host_overrides_apply_per_host() -> None:
     p = load_profile({"host_overrides": {"gpu4": {"tensor_parallel_size": 4}}})
     assert p.for_host("gpu4").tensor_parallel_size == 4
     assert p.for_host("gpu8").tensor_parallel_size == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "index", "key"),
+    [
+        (["--port", "9000"], 0, "port"),
+        (["--max-model-len", "4096", "--port=9000"], 2, "port"),
+        (["--host", "127.0.0.1"], 0, "host"),
+        (["--model=/other"], 0, "model"),
+        (["--served_model_name", "x"], 0, "served_model_name"),
+        (["--api-key=sekrit"], 0, "api_key (or api_key_env)"),
+        (["-tp", "4"], 0, "tensor_parallel_size"),
+        (["--tensor-parallel-size=4"], 0, "tensor_parallel_size"),
+        (["--trust-remote-code"], 0, "trust_remote_code"),
+        (["--tool-call-parser", "hermes"], 0, "tool_call_parser"),
+    ],
+)
+def test_extra_args_may_not_set_what_the_profile_owns(
+    args: list[str], index: int, key: str
+) -> None:
+    with pytest.raises(ProfileError) as exc:
+        load_profile({"extra_args": args})
+    assert exc.value.key == f"extra_args[{index}]"
+    assert f"use kimi.{key} instead" in exc.value.message
+    assert "sekrit" not in exc.value.message + exc.value.hint  # a value may be a secret
+
+
+def test_extra_args_values_that_only_look_like_owned_flags_are_kept() -> None:
+    args = ["--max-model-len", "4096", "--chat-template", "uses --port in text", "--portal"]
+    assert load_profile({"extra_args": args}).extra_args == tuple(args)
