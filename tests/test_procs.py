@@ -326,12 +326,21 @@ def test_the_real_engines_titled_processes_are_ours_by_session() -> None:
     assert owned_processes(listing, "/srv/other", None, None, port=18777).pids == []
 
 
-def test_the_real_engines_orphans_after_kill_9_of_the_api_server() -> None:
-    listing, pidfile, launch = _real("real_vllm_kimi_orphans.txt")
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("real_vllm_kimi_orphans.txt", ["VLLM::EngineCore", "VLLM::Worker", "g++", "python"]),
+        ("real_vllm_kimi_orphans_serving.txt", ["VLLM::EngineCore", "VLLM::Worker", "python"]),
+    ],
+)
+def test_the_real_engines_orphans_after_kill_9_of_the_api_server(
+    name: str, expected: list[str]
+) -> None:
+    listing, pidfile, launch = _real(name)
     assert pidfile not in listing.by_pid()
     sel = owned_processes(listing, "/tmp/own/real/run", pidfile, launch, port=18777)
     names = sorted(p.argv[0].rsplit("/", 1)[-1] for p in sel.targets)
-    assert names == ["VLLM::EngineCore", "VLLM::Worker", "g++", "python"]
+    assert names == expected and sorted(sel.pids) == sorted(p.pid for p in listing.procs)
     assert sel.orphans == set(sel.pids)
     # Without the pidfile the tracker's environment still names the session.
     assert sorted(owned_processes(listing, "/tmp/own/real/run").pids) == sorted(sel.pids)
