@@ -11,9 +11,11 @@ Ownership rule (see :func:`owned_processes`):
   the session (API server, resource_tracker, EngineCore, workers, and the orphans that live on
   after a ``kill -9`` of the API server). A process whose environment holds this run_dir is ours:
   of the current launch when its launch id is the one in ``launch.id``, else a stale launch.
-- When a process's environment cannot be read (another user's process, without root), it is ours
-  only if it sits in a session this deployment's launch created (the pidfile's PID, or the session
-  of a process owned by environment).
+- When a process's environment holds no ``KIMI_OPS_RUN_DIR`` (vLLM's EngineCore and Worker:
+  setproctitle overwrites the environ area, so ``/proc/PID/environ`` reads empty; or another
+  user's process, unreadable without root), it is ours only if it sits in a session this
+  deployment's launch created (the pidfile's PID, or the session of a process owned by
+  environment) whose leader is gone or ours (a live foreign leader means the PID was reused).
 - Children of an owned process are ours unless their environment names another run_dir.
 - A server that an older kimi-ops launched (no ``KIMI_OPS_RUN_DIR``) is ours only when it is the
   pidfile's PID, leads its own session, and is a vLLM server on this deployment's port.
@@ -422,13 +424,28 @@ def owned_processes(
             which = "this launch" if lid and lid == current_launch_id else f"launch {lid or '?'}"
             take(p, f"{RUN_DIR_VAR} of this deployment, {which}", lid)
 
-    # 2. Sessions this deployment's launches created: the pidfile's, and those of processes
-    #    owned by environment whose session leader is gone or is itself owned.
-    sessions: set[int] = {pidfile_pid} if pidfile_pid and pidfile_pid > 1 else set()
-    for pid in list(reasons):
+    # 2. Sessions this deployment's launches created (setsid): the pidfile's, and those of
+    #    processes owned by environment. A session counts while its leader is gone, owned by
+    #    environment, or unreadable: a live leader that is readably not ours means PID reuse.
+    def our_session(sid: int | None) -> bool:
+        if sid is None or sid <= 1:
+            return False
+        leader = by_pid.get(sid)
+        # Its leader gone, ours, or unreadable (nothing says the PID was reused).
+        return leader is None or leader.zombie or sid in reasons or leader.env is None
+
+    candidates = {by_pid[pid].sid for pid in reasons}
+    if pidfile_pid:
+        candidates.add(pidfile_pid)
+    sessions = {sid for sid in candidates if sid is not None and our_session(sid)}
+    # The launch a session belongs to: its members' launch id; the pidfile's is the current one.
+    session_launch: dict[int, str | None] = {}
+    if pidfile_pid:
+        session_launch[pidfile_pid] = current_launch_id
+    for pid in reasons:
         sid = by_pid[pid].sid
-        if sid is not None and sid > 1 and (sid not in by_pid or sid in reasons):
-            sessions.add(sid)
+        if sid is not None and launch_of.get(pid):
+            session_launch.setdefault(sid, launch_of[pid])
 
     # 3. A server launched by an older kimi-ops (no KIMI_OPS_RUN_DIR): the pidfile's PID, a
     #    session leader, a vLLM server on this port. Then the members of its session.
@@ -451,10 +468,12 @@ def owned_processes(
                 if p.sid == legacy.pid and p.run_dir is None:
                     take(p, f"in the session of the pidfile's server {legacy.pid}", None)
 
-    # 4. Environment unreadable: ours only inside one of our sessions.
+    # 4. No KIMI_OPS_RUN_DIR to read: the environment is unreadable (another user's process), or
+    #    setproctitle overwrote it (vLLM's EngineCore and Worker). Ours inside our sessions.
     for p in procs:
-        if p.env is None and p.sid is not None and p.sid in sessions:
-            take(p, f"in session {p.sid} of this deployment (environment unreadable)", None)
+        if p.run_dir is None and p.sid is not None and p.sid in sessions:
+            why = "environment unreadable" if p.env is None else f"no {RUN_DIR_VAR} left in it"
+            take(p, f"in session {p.sid} of this deployment ({why})", session_launch.get(p.sid))
 
     # 5. Children of what is ours, unless they name another deployment.
     children: dict[int, list[Proc]] = {}

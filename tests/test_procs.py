@@ -298,3 +298,59 @@ def test_the_seed_one_liners_shell_is_never_taken_from_the_legacy_listing() -> N
     sel = owned_processes(listing, "/root/kimi-ops", pidfile_pid=111, port=8000)
     assert sel.pids == []
     assert {530, 444} <= protected_pids(listing)  # the shell and its sshd session
+
+
+def _real(name: str) -> tuple[Listing, int, str]:
+    text = (FIXTURES / name).read_text()
+    m = re.search(r"pidfile_pid=(\d+) launch_id=(\S+)", text)
+    assert m
+    return parse_listing(text), int(m[1]), m[2]
+
+
+def test_the_real_engines_titled_processes_are_ours_by_session() -> None:
+    """The real engine launched by kimi-ops: setproctitle wiped the environment of EngineCore
+    and Worker; they are ours as members of the launch's session."""
+    listing, pidfile, launch = _real("real_vllm_kimi_launch.txt")
+    titled = [p for p in listing.procs if p.argv[0].startswith("VLLM::")]
+    assert [p.argv for p in titled] == [("VLLM::EngineCore",), ("VLLM::Worker",)]
+    assert all(p.env == () for p in titled)  # readable, but nothing left in it
+    sel = owned_processes(listing, "/tmp/own/real/run", pidfile, launch, port=18777)
+    assert sorted(sel.pids) == sorted(p.pid for p in listing.procs)  # server, tracker, g++...
+    assert sel.orphans == frozenset() and sel.current == set(sel.pids)
+    for p in titled:
+        assert (
+            sel.reasons[p.pid]
+            == f"in session {pidfile} of this deployment (no KIMI_OPS_RUN_DIR left in it)"
+        )
+    # Another deployment sees none of it; a foreign run_dir never takes it by session.
+    assert owned_processes(listing, "/srv/other", None, None, port=18777).pids == []
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("real_vllm_kimi_orphans.txt", ["VLLM::EngineCore", "VLLM::Worker", "g++", "python"]),
+        ("real_vllm_kimi_orphans_serving.txt", ["VLLM::EngineCore", "VLLM::Worker", "python"]),
+    ],
+)
+def test_the_real_engines_orphans_after_kill_9_of_the_api_server(
+    name: str, expected: list[str]
+) -> None:
+    listing, pidfile, launch = _real(name)
+    assert pidfile not in listing.by_pid()
+    sel = owned_processes(listing, "/tmp/own/real/run", pidfile, launch, port=18777)
+    names = sorted(p.argv[0].rsplit("/", 1)[-1] for p in sel.targets)
+    assert names == expected and sorted(sel.pids) == sorted(p.pid for p in listing.procs)
+    assert sel.orphans == set(sel.pids)
+    # Without the pidfile the tracker's environment still names the session.
+    assert sorted(owned_processes(listing, "/tmp/own/real/run").pids) == sorted(sel.pids)
+
+
+def test_a_reused_pidfile_pid_leading_a_foreign_session_gives_nothing() -> None:
+    listing = Listing(
+        (
+            Proc(500, 1, 500, ("sshd: bob",), 500, ()),  # the pidfile's PID, reused
+            Proc(501, 500, 500, ("VLLM::EngineCore",), 500, ()),
+        )
+    )
+    assert owned_processes(listing, A, pidfile_pid=500, port=8000).pids == []

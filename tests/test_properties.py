@@ -529,9 +529,15 @@ def test_ownership_never_takes_another_deployment_nor_the_shell(table: dict) -> 
         protected |= set(_ancestry(me, parent))
         protected |= {p.pid for p in rows if me in _ancestry(p.pid, parent)[1:]}
     by_env = {p.pid for p in rows if _run_dir_of(p.env) == OURS}
-    sessions = {pidfile} if pidfile else set()
-    sessions |= {
-        by[pid].sid for pid in by_env if by[pid].sid not in by or by[by[pid].sid].pid in by_env
+    # A session is ours when the pidfile or an env-owned member names it, and its leader is
+    # gone, a zombie, env-owned or unreadable (a live, readably foreign leader: PID reuse).
+    named = {by[pid].sid for pid in by_env} | ({pidfile} if pidfile else set())
+    sessions = {
+        sid
+        for sid in named
+        if sid is not None
+        and sid > 1
+        and (sid not in by or by[sid].state == "Z" or sid in by_env or by[sid].env is None)
     }
     leader = by.get(pidfile) if pidfile else None
     legacy: set[int] = set()
@@ -545,7 +551,7 @@ def test_ownership_never_takes_another_deployment_nor_the_shell(table: dict) -> 
         and server_port(server_args(leader.argv) or []) == port
     ):
         legacy = {p.pid for p in rows if p.sid == leader.pid and _run_dir_of(p.env) is None}
-    by_session = {p.pid for p in rows if p.env is None and p.sid in sessions and p.sid > 1}
+    by_session = {p.pid for p in rows if _run_dir_of(p.env) is None and p.sid in sessions}
     roots = by_env | legacy | by_session
 
     def follows(pid: int) -> bool:

@@ -26,9 +26,13 @@ from .harness import SshdHost, pid_alive
 
 pytestmark = pytest.mark.e2e
 
+#: EngineCore and Worker run with a cleared environment: in the real engine setproctitle
+#: overwrites their environ area, so /proc/PID/environ holds no KIMI_OPS_* variable there
+#: (tests/fixtures/ps/real_vllm_kimi_launch.txt). Only their session says whose they are.
 TREE = (
     "(exec -a python3 sleep 600) & "  # a resource_tracker-like child
-    "(exec -a VLLM::EngineCore bash -c '(exec -a VLLM::Worker sleep 600) & wait') & "
+    "(exec env -i PATH=/usr/bin:/bin bash -c "
+    "'exec -a VLLM::EngineCore bash -c \"(exec -a VLLM::Worker sleep 600) & wait\"') & "
     "exec -a python3 sleep 600"  # the API server (the session leader)
 )
 
@@ -121,10 +125,15 @@ def test_stop_ends_this_deployments_orphans_and_never_the_identical_other_tree(
         assert len(orphans) == 3 and len(others) == 3, (orphans, others)  # as the real engine
         assert sorted(map(comm_and_argv0, orphans)) == sorted(map(comm_and_argv0, others))
         assert "VLLM::EngineCore" in map(comm_and_argv0, others)
+        titled = [pid for pid in orphans if comm_and_argv0(pid).startswith("VLLM::")]
+        assert len(titled) == 2
+        for pid in titled:  # as after setproctitle: nothing in the environment says whose
+            assert b"KIMI_OPS_RUN_DIR" not in Path(f"/proc/{pid}/environ").read_bytes()
 
         run = dep.fab("stop")
         assert run.ok, run.describe()
         assert "ended 3 process(es), 3 of them orphans" in run.output, run.describe()
+        assert run.output.count(f"in session {ours} of this deployment") == 2, run.describe()
         assert wait_until(lambda: session_members(ours) == []), session_members(ours)
         assert all(pid_alive(pid) for pid in others), run.describe()
         for pid in others:
