@@ -114,7 +114,7 @@ def kill_stale(
     if not selection.targets:
         return ok(
             step,
-            f"no process of this deployment ({_run_dir(p)}) is running",
+            f"no process of this deployment ({_run_dir(p)}, port {p.port}) is running",
             lines=foreign,
         )
     lines = tuple(selection.describe()) + foreign

@@ -172,7 +172,7 @@ def test_diagnose_prints_the_label_once(capsys: pytest.CaptureFixture[str]) -> N
 
     d = LogDiagnoser()
     d.feed("INFO:     Application startup complete.\n")
-    print_diagnosis(d, False, "vllm.log")
+    print_diagnosis(d.diagnosis(), False, "vllm.log")
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("vllm.log: healthy: ") and "healthy: healthy" not in first
 

@@ -143,7 +143,7 @@ def test_nvfp4_checkpoint_is_refused_on_cpu(sshd: SshdHost, tmp_path: Path) -> N
 def test_status_on_a_cpu_host_shows_memory_not_gpu_errors(sshd: SshdHost, tmp_path: Path) -> None:
     model = _model(tmp_path, _dsv3_fp8())
     run = _fab(sshd, tmp_path, model, "status")
-    assert run.returncode == 0, run.describe()
-    assert "no server running" in run.output
+    assert run.returncode == 4, run.describe()  # exit 4: stopped (README, status codes)
+    assert "nothing was ever launched here" in run.output
     assert "memory: host " in run.output and "GiB available of" in run.output
     assert "nvidia-smi" not in run.output and "GPU memory" not in run.output

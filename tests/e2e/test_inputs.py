@@ -186,7 +186,7 @@ def test_host_overrides_keys_match_the_name_typed(
         ssh_config=ssh_config,
     )
     assert run.ok, run.describe()
-    assert "(port 1234)" in run.output, run.describe()
+    assert "port 1234)" in run.output, run.describe()
 
 
 def test_a_host_overrides_key_that_matches_no_host_fails_naming_it(

@@ -302,7 +302,8 @@ def test_a_full_run_dir_is_refused_before_the_healthy_server_is_ended(
         assert run.returncode != 0, run.describe()
         assert "failed: [" in run.output and "preflight" in run.output
         assert re.search(r"only \d+(\.\d)? (B|KiB) free", run.output), run.describe()
-        assert "MiB" in run.output and "0.0 GiB" not in run.output
+        disk = next(line for line in run.output.splitlines() if "disk:" in line)
+        assert "MiB" in disk and "0.0 GiB" not in disk, disk
         assert "kill-stale" not in run.output and pid_alive(server)
         assert "see the launcher output above" not in run.output
     finally:
