@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 __all__ = [
     "FAILURE_LABELS",
     "LABELS",
+    "LIFECYCLES",
     "RULES",
     "STAGES",
     "Diagnosis",
@@ -63,9 +64,13 @@ LABELS: tuple[str, ...] = (
     "model_not_found",
     "trust_remote_code",
     "unsupported_gpu",
+    "quantization_unsupported",
+    "engine_killed",
     "engine_dead_other",
     "unknown",
 )
+#: Where the server is in its life, beside the cause: see :attr:`Diagnosis.lifecycle`.
+LIFECYCLES: tuple[str, ...] = ("starting", "serving", "stopped", "failed")
 FAILURE_LABELS: frozenset[str] = frozenset(LABELS) - {"starting", "healthy"}
 
 #: Startup stages in order (facts.md section 4). ``(name, description)``.
@@ -255,6 +260,12 @@ _KV_FIX_NEW = (
     "(--attention-backend TRITON_MLA), or run `fab patch-kv-config` to remove the "
     "checkpoint's FP8 KV-cache settings (kv_cache_scheme / kv_cache_quant_algo)."
 )
+_KV_FIX_CPU = (
+    "On CPU, MLA serves only a bf16 (unquantized) KV cache[[ ({backend})]]: drop "
+    "--kv-cache-dtype fp8 from the profile's extra_args[[ (now: {extra_args})]], and if the "
+    "checkpoint itself asks for an FP8 KV cache (kv_cache_scheme / kv_cache_quant_algo) run "
+    "`fab patch-kv-config` to remove it. Non-MLA models keep FP8 on CPU."
+)
 _GIB = r"[KMGT]i?B"
 
 RULES: tuple[Rule, ...] = (
@@ -315,13 +326,23 @@ RULES: tuple[Rule, ...] = (
         "fp8_kv_cache_unsupported",
         "kv_cache_dtype_unsupported",
         95,
-        ("KV cache not", "kv cache not", "Triton MLA not", "FP8 KV cache", "fp8 KV cache"),
+        (
+            "KV cache not",
+            "kv cache not",
+            "Triton MLA not",
+            "FP8 KV cache",
+            "fp8 KV cache",
+            "only supports",
+        ),
         [
             r"(?:(?P<backend>[A-Za-z][\w\-]*?)(?: V\d)? )?with FP8 KV cache (?:is )?not "
             r"(?:yet )?supported",
             r"(?P<backend>FP8 Triton MLA) not yet supported",
             r"^[\w.]*(?:Error|Exception)\b.*(?i:(?:fp8|quantized) kv[ _-]?cache (?:is )?not "
-            r"(?:yet )?supported|does not support (?:an? )?(?:fp8|quantized) kv[ _-]?cache)",
+            r"(?:yet )?(?:supported|implemented)|does not support (?:an? )?(?:fp8|quantized) "
+            r"kv[ _-]?cache)",
+            r"^[\w.]*(?:Error|Exception)\b.*?(?:(?P<backend>[A-Za-z]\w*?)(?:Impl|Backend)? )?"
+            r"(?i:only supports? (?:an? )?(?:unquantized|bf16|16-bit)\b[^;.]*kv[ _-]?cache)",
         ],
         "The attention backend[[ ({backend})]] cannot use the FP8 KV cache the checkpoint (or "
         "--kv-cache-dtype) asks for[[ on vLLM {vllm_version}]]. " + _KV_FIX,
@@ -538,6 +559,38 @@ RULES: tuple[Rule, ...] = (
         "PyTorch build does not support this GPU[[ (sm_{sm})]]",
         weak=True,
     ),
+    # ---------------------------------------------------- quantization_unsupported
+    _rule(
+        "quantization_no_kernel",
+        "quantization_unsupported",
+        84,
+        (
+            "Failed to find a kernel",
+            "quantization is currently not supported",
+            "quantization is not supported",
+            "Unknown quantization method",
+            "not supported on CPU",
+            "not supported for CPU",
+        ),
+        [
+            r"Failed to find a kernel that can implement the (?P<quantization>[\w\-]+) "
+            r"(?:linear|MoE|moe)",
+            r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
+            r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
+            r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
+            r"^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*)\b.*?(?P<platform>CPU|cpu) is not "
+            r"supported|^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*).*not supported (?:on|for) "
+            r"(?P<platform2>CPU|cpu)",
+        ],
+        "No kernel for the checkpoint's quantization[[ ({quantization})]] on this "
+        "[[{platform}||device]][[ (vLLM {vllm_version})]]: serve a checkpoint in a format this "
+        "device runs (on CPU: bf16, or a quantization the CPU build lists, e.g. AWQ/GPTQ "
+        "int4 or W8A8 int8; NVFP4 needs a Blackwell GPU), or use hardware and a vLLM build "
+        "with a kernel for it.",
+        "quantization[[ {quantization}]] not supported on [[{platform}||this device]]",
+        # "not supported on GPUs with compute capability < 8.9": the GPU is too old
+        exclude=[r"(?i:compute capability|capability[:<>])"],
+    ),
     # ------------------------------------------------------- kv_cache_insufficient
     _rule(
         "kv_cache_no_memory",
@@ -588,6 +641,24 @@ RULES: tuple[Rule, ...] = (
             r"\((?P<needed_gib>[\d.]+) GiB KV cache is needed",
             r"available KV cache memory \((?P<available_gib>[\d.]+) GiB\)",
         ],
+    ),
+    _rule(
+        "kv_concurrency_below_one",
+        "kv_cache_insufficient",
+        69,
+        ("Maximum concurrency for",),
+        [
+            r"Maximum concurrency for (?P<max_seq_len>[\d,]+) tokens per request: "
+            r"(?P<max_concurrency>0(?:\.\d+)?)x"
+        ],
+        "The KV cache holds less than one request of max_model_len[[ {max_seq_len}]] tokens"
+        "[[ (maximum concurrency {max_concurrency}x)]][[; it holds {kv_cache_tokens} tokens]]. "
+        "Lower --max-model-len[[ to at most {kv_cache_tokens}]] or raise "
+        "--gpu-memory-utilization[[ (now {gpu_memory_utilization})]] (on CPU: "
+        "VLLM_CPU_KVCACHE_SPACE).",
+        "KV cache too small for max_model_len[[ {max_seq_len}]] (concurrency "
+        "[[{max_concurrency}||< 1]]x)",
+        weak=True,  # printed as information; it counts when the engine then dies
     ),
     # ----------------------------------------------------------------- port_in_use
     _rule(
@@ -725,6 +796,59 @@ RULES: tuple[Rule, ...] = (
             r"caught collective operation timeout)",
             r"NCCL version (?P<nccl_version>[\d.]+)",
         ],
+    ),
+    # --------------------------------------------------------------- engine_killed
+    _rule(
+        "engine_signal",
+        "engine_killed",
+        9,
+        (
+            "exit code: -",
+            "exit code -",
+            "exitcode -",
+            "exitcode=-",
+            "exit_code=-",
+            "killed by signal",
+            "terminated by signal",
+            "by SIG",
+            "Killed",
+            "exited with code 13",
+            "Fatal Python error: ",
+            "(core dumped)",
+            "SIGKILL",
+        ),
+        [
+            r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
+            r"(?:killed|terminated) by (?:signal )?(?:(?P<signame>SIG[A-Z]+)|(?P<signum>\d+))",
+            r"(?:^|\d\s+|:\s)Killed(?:\s|$)",
+            r"^Killed process \d+",
+            r"exited with code (?P<exitcode>13[2-79])\b",
+            r"Fatal Python error: (?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
+            r"instruction|Floating point exception)",
+            r"(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal instruction|"
+            r"Floating point exception) +\(core dumped\)",
+            r"(?:received|got|with) (?P<signame>SIGKILL)\b",
+        ],
+        "{signal_hint}",
+        "[[{killed_proc}||a vLLM process]] was killed by {signal}",
+        extract=[
+            r"(?P<killed_proc>(?:Worker proc|Engine core proc|EngineCore|Worker) ?\S*?)"
+            r"(?: \(pid \d+\))? died",
+        ],
+    ),
+    _rule(
+        "engine_vanished",
+        "engine_killed",
+        7,
+        ("exited unexpectedly", "died unexpectedly", "died, shutting down"),
+        [
+            r"(?i:engine core) (?:process )?exited unexpectedly",
+            r"(?P<killed_proc>Engine core proc \S+|Worker proc \S+|EngineCore\S*) died "
+            r"unexpectedly",
+        ],
+        "{signal_hint}",
+        "[[{killed_proc}||the engine process]] vanished without an error: killed by {signal}",
+        exclude=[r"exit ?code:? ?[1-9]"],
     ),
     # ---------------------------------------------------------- engine_dead_other
     _rule(
@@ -904,8 +1028,15 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
     _marker("engine_initialized", ("warmup model) took",)),
     _marker(
         "server_starting",
-        ("LLM API server", "LLM server on", "Waiting for application startup"),
-        r"Starting vLLM (?:API )?server|Waiting for application startup",
+        (
+            "LLM API server",
+            "LLM server on",
+            "Waiting for application startup",
+            "Available routes",
+            "Started server process",
+        ),
+        r"Starting vLLM (?:API )?server|Waiting for application startup|Available routes are|"
+        r"Started server process",
     ),
     _marker("ready", ("Application startup complete", "Uvicorn running on")),
 )
@@ -927,6 +1058,8 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
         (("non-default args",), r"'port': (?P<port>\d+)"),
         (("non-default args",), r"'model(?:_tag)?': '(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bmodel='(?P<model>[^']+)'"),
+        (("LLM engine (v",), r"\bdevice_config=(?P<device>\w+)"),
+        (("LLM engine (v",), r"\bquantization=(?P<quantization>(?!None\b)\w+)"),
         (("non-default args",), r"'max_model_len': (?P<max_model_len>\d+)"),
         (("non-default args",), r"'gpu_memory_utilization': (?P<gpu_memory_utilization>[\d.]+)"),
         (("non-default args",), r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w+)'"),
@@ -964,6 +1097,7 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
                 "Using ROCm",
                 "Using AITER",
                 "Using FlexAttention",
+                "Using AMX",
                 "Using FLEX",
                 "Using AttentionBackendEnum",
                 "Using _Backend",
@@ -986,11 +1120,19 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "exited with code",
     }
 )
+#: An operator's stop (SIGTERM / Ctrl-C) of a server that was up; what follows it is the
+#: teardown (EngineDeadError, "force killing" the engine...), not a crash.
 _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
     {
         "KeyboardInterrupt",
         "Waiting for application shutdown",
         "^C",  # a terminal's echo of Ctrl-C
+        "shutdown triggered",  # vLLM >= 0.2x: "[shutdown] API server: shutdown triggered"
+        "signal=SIGTERM",  # "[shutdown] EngineCore: trigger received signal=SIGTERM"
+        "signal=SIGINT",
+        "Received SIGTERM",
+        "received SIGTERM",
+        "SIGTERM received",
     }
 )
 _TRACEBACK = "Traceback (most recent call last)"
@@ -1064,6 +1206,8 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Killed",
     '", line ',
     "xited with code",
+    "xit code",  # died unexpectedly (exit code: -9)
+    "xitcode",
     "xpectedly",  # died unexpectedly
     # failure messages that are not (always) exception lines
     "Errno",
@@ -1126,6 +1270,11 @@ _FIND_WORDS: tuple[str, ...] = (
     "Starting to load",
     "core dumped",
     "^C",
+    "Started server process",
+    "Available routes",
+    "shutdown triggered",
+    "SIG",  # SIGTERM / SIGINT stops, "killed by SIGKILL"
+    "Fatal Python error",
 )
 
 
@@ -1193,8 +1342,15 @@ class Diagnosis:
     ``facts`` holds what the log showed (all strings), e.g. ``vllm_version``, ``port``,
     ``url``, ``model``, ``kv_cache_gib``, ``kv_cache_tokens``, ``backend``, the numbers
     of the deciding error (``needed_gib``, ``available_gib``, ``alloc``, ``bad_args``...),
-    ``signature`` (the name of the deciding :class:`Rule`) and ``shutdown`` ("true" when
-    a server that came up was then stopped).
+    ``signature`` (the name of the deciding :class:`Rule`), ``shutdown`` ("true" when
+    a server that came up was then stopped) and ``signal`` (``SIGKILL``... for
+    ``engine_killed``; ``signal_inferred`` is "true" when no line names it).
+
+    ``lifecycle`` says where the server is, beside the cause: ``starting`` (no terminal
+    state yet; ``stage`` is the last stage reached), ``serving`` (up, nothing fatal
+    after), ``stopped`` (up, then stopped by an operator: SIGTERM / Ctrl-C, the whole
+    tree or only the API server; the label stays ``healthy``) or ``failed`` (any
+    failure label). Left empty, it is derived from the label.
     """
 
     label: str
@@ -1204,6 +1360,20 @@ class Diagnosis:
     hint: str
     summary: str
     facts: dict[str, str] = field(default_factory=dict)
+    lifecycle: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.lifecycle:
+            derived = (
+                "failed"
+                if self.label in FAILURE_LABELS
+                else "stopped"
+                if self.facts.get("shutdown") == "true"
+                else "serving"
+                if self.label == "healthy"
+                else "starting"
+            )
+            object.__setattr__(self, "lifecycle", derived)
 
     @property
     def failed(self) -> bool:
@@ -1225,6 +1395,7 @@ class Diagnosis:
             "hint": self.hint,
             "summary": self.summary,
             "facts": dict(self.facts),
+            "lifecycle": self.lifecycle,
             "failed": self.failed,
             "ready": self.ready,
         }
@@ -1538,6 +1709,7 @@ def _render(template: str, values: Mapping[str, str]) -> str:
 
 #: Attention-backend class / display names -> the ``--attention-backend`` names.
 _BACKEND_NAMES: dict[str, str] = {
+    "amxmla": "AMX_MLA",
     "tritonmla": "TRITON_MLA",
     "triton mla": "TRITON_MLA",
     "fp8 triton mla": "TRITON_MLA",
@@ -1568,6 +1740,88 @@ def _version_at_least(version: str, minimum: tuple[int, int]) -> bool:
     """``"0.18.1rc1"`` >= (0, 18)? False when the version is unknown or unparsable."""
     m = re.match(r"v?(\d+)\.(\d+)", version)
     return m is not None and (int(m.group(1)), int(m.group(2))) >= minimum
+
+
+#: Linux signal numbers (``exit code: -9``) and shell / faulthandler wordings.
+_SIGNALS: dict[int, str] = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    5: "SIGTRAP",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    10: "SIGUSR1",
+    11: "SIGSEGV",
+    12: "SIGUSR2",
+    13: "SIGPIPE",
+    14: "SIGALRM",
+    15: "SIGTERM",
+}
+_SHELL_SIGNALS: dict[str, str] = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Illegal instruction": "SIGILL",
+    "Floating point exception": "SIGFPE",
+}
+_SIGNAL_HINTS: dict[str, str] = {
+    "SIGKILL": (
+        "[[{killed_proc}||A vLLM process]] was killed with SIGKILL[[ ({signal_note})]]: "
+        "kill -9 or the kernel's OOM killer (SIGKILL leaves no traceback). Check `dmesg | grep "
+        "-i -E 'killed process|out of memory'` and the host's free RAM; if nobody killed it by "
+        "hand, lower host-memory use (max_model_len / max_num_seqs; on CPU a smaller "
+        "VLLM_CPU_KVCACHE_SPACE) and redeploy. vLLM may still exit with status 0: that is not "
+        "success."
+    ),
+    "SIGILL": (
+        "[[{killed_proc}||A vLLM process]] died of SIGILL: it ran a CPU instruction this host "
+        "lacks. The vLLM/PyTorch build targets a newer ISA than the CPU has (compare the avx512 "
+        "/ amx flags in /proc/cpuinfo), or, on vLLM's CPU build, --enforce-eager takes such a "
+        "path: remove --enforce-eager from the profile's extra_args[[ (now: {extra_args})]] or "
+        "install a build for this CPU."
+    ),
+    "SIGBUS": (
+        "[[{killed_proc}||A vLLM process]] died of SIGBUS: usually shared memory ran out "
+        "(/dev/shm too small or full of leaked segments). Run `fab clean-shm`, check `df -h "
+        "/dev/shm` (docker: --ipc=host or a larger --shm-size), then redeploy."
+    ),
+    "SIGTERM": (
+        "[[{killed_proc}||A vLLM process]] was stopped by {signal} from outside while the rest "
+        "kept running (an operator, a supervisor, systemd or Kubernetes): find who sent it "
+        "(`journalctl`, `kubectl describe pod`) and redeploy with `fab deploy`."
+    ),
+}
+_SIGNAL_HINTS["SIGINT"] = _SIGNAL_HINTS["SIGHUP"] = _SIGNAL_HINTS["SIGTERM"]
+_SIGNAL_HINT_CRASH = (
+    "[[{killed_proc}||A vLLM process]] crashed in native code ({signal}): a kernel, driver or "
+    "library mismatch. Check `dmesg`, the GPU driver and the vLLM / PyTorch versions; retry "
+    "with --enforce-eager to rule out CUDA-graph / torch.compile bugs, then redeploy."
+)
+
+
+def _signal_facts(facts: dict[str, str]) -> None:
+    """Set ``facts["signal"]`` from the groups a kill line gave (SIGKILL when none)."""
+    sig = facts.get("signame")
+    if not sig and facts.get("signum", "").isdigit():
+        sig = _SIGNALS.get(int(facts["signum"]), "signal " + facts["signum"])
+    if not sig and facts.get("exitcode", "").isdigit():  # docker / shell: 128 + signal
+        sig = _SIGNALS.get(int(facts["exitcode"]) - 128)
+    if not sig and facts.get("shell_signal"):
+        sig = _SHELL_SIGNALS.get(facts["shell_signal"])
+    if not sig:  # "Killed", or a process gone without a word: only SIGKILL is that silent
+        sig = "SIGKILL"
+        if facts.get("signature") == "engine_vanished":
+            facts.setdefault("killed_proc", "EngineCore")
+            facts["signal_inferred"] = "true"
+            facts["signal_note"] = "inferred: it exited without an exception or a stop request"
+    facts["signal"] = sig
+
+
+def _signal_hint(signal: str) -> str:
+    return _SIGNAL_HINTS.get(signal, _SIGNAL_HINT_CRASH)
 
 
 def _context_values(context: Mapping[str, object]) -> dict[str, str]:
@@ -1609,13 +1863,16 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             continue
         active.append((rule, hit))
 
+    root = st.first_exc_since_progress or st.first_exc_since_healthy
+    if root is not None:  # an exception explains the engine's death: not a silent kill
+        active = [(r, h) for r, h in active if r.name != "engine_vanished"]
+
     def best(label_filter: frozenset[str]) -> tuple[Rule, _Hit] | None:
         cands = [(r, h) for r, h in active if r.label in label_filter]
         if not cands:
             return None
         return max(cands, key=lambda rh: (rh[0].priority, -rh[1].pos))
 
-    root = st.first_exc_since_progress or st.first_exc_since_healthy
     specific = FAILURE_LABELS - {"engine_dead_other", "unknown"}
     winner = (
         best(frozenset(specific))
@@ -1633,7 +1890,15 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         facts["signature"] = rule.name
         if "backend" in facts:
             facts["backend"] = _backend_name(facts["backend"])
+        if rule.label == "engine_killed":
+            _signal_facts(facts)
         values = {**ctx, **facts}
+        if rule.label == "quantization_unsupported" and not values.get("platform"):
+            platform = values.get("platform2") or values.get("device")
+            if platform:
+                values["platform"] = facts["platform"] = platform.upper()
+        if rule.label == "engine_killed":
+            values["signal_hint"] = _render(_signal_hint(facts["signal"]), values)
         evidence = [h.text for h in same[:3]]
         if rule.label in ("engine_dead_other", "unknown") and root is not None:
             values["root_cause"] = _truncate(root.text, 300)
@@ -1646,7 +1911,11 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
                 evidence.append(extra[1].text)
         if rule.label == "kv_cache_dtype_unsupported":
             new = _version_at_least(values.get("vllm_version", ""), (0, 18))
-            values["kv_fix"] = _render(_KV_FIX_NEW if new else _KV_FIX_OLD, values)
+            cpu = values.get("device") == "cpu" or values.get("backend", "").startswith(
+                ("AMX", "CPU")
+            )
+            fix = _KV_FIX_CPU if cpu else _KV_FIX_NEW if new else _KV_FIX_OLD
+            values["kv_fix"] = _render(fix, values)
         if rule.name == "argparse_error" and values.get("bad_args", "").startswith("serve "):
             values["serve_note"] = (
                 "The image's entrypoint already runs `vllm serve`: do not repeat "
