@@ -109,6 +109,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
       | \w{3,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
       | [│┃][ ]*                                              # k9s / kubectl box border
+      | \[pod/[\w.\-]+/[\w.\-]+\][ ]                          # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
       | \[rank\d+\]:[ ]?                                      # torch rank prefix
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
@@ -308,6 +309,32 @@ RULES: tuple[Rule, ...] = (
         "invalid option value[[: {option} parser {bad_value}]][[: {bad_args}]]",
     ),
     _rule(
+        "parallel_size_mismatch",
+        "bad_argument",
+        97,
+        ("divisible by",),
+        [
+            r"(?P<what>[\w ]+?) \(?(?P<count>\d+)?\)? (?:must|should) be divisible by "
+            r"(?P<option>tensor|pipeline)[ _]parallel[ _]size(?: \((?P<size>\d+)\))?",
+            r"is not divisible by (?P<option>tensor|pipeline)[ _]parallel[ _]size",
+        ],
+        "The model cannot be split over {option}_parallel_size[[ {size}]][[: {what} ({count}) "
+        "must be divisible by it]]. Pick a {option}_parallel_size that divides it (e.g. 1, 2, "
+        "4) in the profile, or another model.",
+        "{option}_parallel_size[[ {size}]] does not divide the model[[ ({what} {count})]]",
+    ),
+    _rule(
+        "argparse_usage",
+        "bad_argument",
+        60,
+        ("usage: ",),
+        [r"^usage: \S*(?:vllm|api_server)\S*(?: serve)? \[-h\]"],
+        "vLLM printed its usage: its argument parser rejected the command line (the excerpt "
+        "is cut before the error line). Fix the profile's extra_args[[ (now: {extra_args})]]: "
+        "a flag may be misspelt, removed or renamed in this vLLM version[[ ({vllm_version})]].",
+        "vLLM rejected its arguments (usage printed)",
+    ),
+    _rule(
         "max_model_len_too_large",
         "bad_argument",
         50,
@@ -384,13 +411,20 @@ RULES: tuple[Rule, ...] = (
         "trust_remote_code",
         "trust_remote_code",
         90,
-        ("custom code", "requires you to execute", "trust_remote_code=True", "trust-remote-code"),
+        (
+            "custom code",
+            "requires you to execute",
+            "trust_remote_code=True",
+            "trust-remote-code",
+            "resolve_trust_remote_code",
+        ),
         [
-            r"contains custom code which must be executed",
+            r"contains custom code (?:which|that) must be executed",
             r"requires you to execute the (?:\w+ )?(?:file|code)",
             r"(?:pass the argument|set the option|consider setting|Please pass) "
             r"`?trust_remote_code=True`?",
             r"Failed to load the model config.*trust[_-]remote[_-]code",
+            r"(?:, in |= )resolve_trust_remote_code\b",
         ],
         "The model[[ {model}]] ships custom Python code: set `trust_remote_code: true` in the "
         "profile (adds --trust-remote-code) and redeploy.",
@@ -417,6 +451,8 @@ RULES: tuple[Rule, ...] = (
             "Incorrect path_or_model_id",
             "LocalEntryNotFoundError",
             "We couldn't connect to",
+            "OfflineModeIsEnabled",
+            "Client Error",
             "No supported config format",
             "Could not detect config format",
             "config.json",
@@ -436,6 +472,8 @@ RULES: tuple[Rule, ...] = (
             r"Can't load the configuration of '(?P<model>[^']+)'",
             r"Incorrect path_or_model_id:? '(?P<model>[^']+)'",
             r"^(?:[\w.]+\.)?LocalEntryNotFoundError\b",
+            r"^(?:[\w.]+\.)?OfflineModeIsEnabled\b",
+            r"^(?:[\w.]+\.)?HTTPError: 40[13] Client Error",
             r"^[\w.]*(?:Error|Exception)\b.*We couldn't connect to '?https://huggingface\.co",
             r"No supported config format found in (?P<model>\S+)",
             r"Could not detect config format",
@@ -452,10 +490,11 @@ RULES: tuple[Rule, ...] = (
         "no_kernel_image",
         "unsupported_gpu",
         80,
-        ("no kernel image", "NoKernelImage"),
+        ("no kernel image", "NoKernelImage", "invalid device function", "InvalidDeviceFunction"),
         [
             r"no kernel image is available for execution on the device",
             r"cudaErrorNoKernelImageForDevice",
+            r"(?:HIP|CUDA) error: invalid device function|hipErrorInvalidDeviceFunction",
         ],
         "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "
         "install a build compiled for its compute capability (Blackwell sm_120 needs CUDA "
@@ -482,21 +521,32 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "quantization_needs_newer_gpu",
-        "unsupported_gpu",
-        81,
-        ("not supported for the current GPU",),
+        "quantization_unsupported",
+        85,
+        (
+            "the current GPU",
+            "not supported on GPUs with",
+            "does not support weight_bits",
+            "Only types = []",
+        ),
         [
-            r"(?:quantization method|Quantization scheme) ?(?P<quantization>\w*) is not "
-            r"supported for the current GPU",
-            r"not supported for the current GPU",
+            r"(?i:quantization method|quantization scheme) ?(?P<quantization>\w*) is not "
+            r"supported for\W*the current GPU",
+            r"(?P<quantization>[\w\-]+(?: [\w\-]+)?) (?i:quantization) is not supported on GPUs "
+            r"with",
+            r"(?P<quantization>\w*[Mm]arlin\w*) does not support weight_bits",
+            r"Only types = \[\] are supported",
         ],
-        "The checkpoint's quantization[[ ({quantization})]] needs a newer GPU[[: minimum "
-        "compute capability {min_capability}]][[, this GPU has {compute_capability}]]. Use a "
-        "checkpoint quantized for this GPU (or unquantized), or a newer GPU.",
-        "quantization[[ {quantization}]] not supported on this GPU",
+        "The checkpoint's quantization[[ ({quantization})]][[ ({fp8_type} kernels)]] has no "
+        "kernel for this GPU[[: minimum compute capability {min_capability}]][[, this GPU has "
+        "{compute_capability}]]. Use a checkpoint quantized for this GPU (e.g. AWQ/GPTQ int4 or "
+        "unquantized on older GPUs; FP8 needs compute capability 8.9+, NVFP4 a Blackwell GPU) "
+        "or a newer GPU.",
+        "quantization[[ {quantization}]][[ ({fp8_type})]] not supported on this GPU",
         extract=[
-            r"Min(?:imum)? capability: (?P<min_capability>\d+)",
-            r"Current capability: (?P<compute_capability>\d+)",
+            r"Min(?:imum)? capability:? =? ?(?P<min_capability>\d+(?:\.\d+)?)",
+            r"min_capability = (?P<min_capability>\d+)",
+            r"Current (?:compute )?capability:? (?P<compute_capability>\d+(?:\.\d+)?)",
         ],
     ),
     _rule(
@@ -569,6 +619,8 @@ RULES: tuple[Rule, ...] = (
             "quantization is currently not supported",
             "quantization is not supported",
             "Unknown quantization method",
+            "with arguments from the",
+            "for quantization method",
             "not supported on CPU",
             "not supported for CPU",
         ),
@@ -578,6 +630,9 @@ RULES: tuple[Rule, ...] = (
             r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
             r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
             r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
+            r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
+            r"the '(?P<platform>\w+)' backend",
+            r"is not supported for quantization method (?P<quantization>[\w\-]+)",
             r"^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*)\b.*?(?P<platform>CPU|cpu) is not "
             r"supported|^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*).*not supported (?:on|for) "
             r"(?P<platform2>CPU|cpu)",
@@ -588,8 +643,18 @@ RULES: tuple[Rule, ...] = (
         "int4 or W8A8 int8; NVFP4 needs a Blackwell GPU), or use hardware and a vLLM build "
         "with a kernel for it.",
         "quantization[[ {quantization}]] not supported on [[{platform}||this device]]",
-        # "not supported on GPUs with compute capability < 8.9": the GPU is too old
-        exclude=[r"(?i:compute capability|capability[:<>])"],
+        exclude=[r"(?i:compute capability|capability[:<>])"],  # quantization_needs_newer_gpu
+    ),
+    _rule(
+        "fp8_type_unsupported_arch",
+        "quantization_unsupported",
+        83,
+        ("not supported in this architecture",),
+        [r"type (?P<fp8_type>fp8\w+) not supported in this architecture"],
+        "This GPU has no native FP8 ({fp8_type}), which the Triton kernel[[ {triton_kernel}]] "
+        "needs: FP8 compute needs compute capability 8.9+ (Ada, Hopper, Blackwell). Use a "
+        "checkpoint that is not FP8-quantized (bf16, AWQ/GPTQ int4) on this GPU, or a newer GPU.",
+        "FP8 ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
     ),
     # ------------------------------------------------------- kv_cache_insufficient
     _rule(
@@ -816,6 +881,8 @@ RULES: tuple[Rule, ...] = (
             "Fatal Python error: ",
             "(core dumped)",
             "SIGKILL",
+            " received at time=",
+            "Segfault encountered",
         ),
         [
             r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
@@ -828,9 +895,12 @@ RULES: tuple[Rule, ...] = (
             r"(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal instruction|"
             r"Floating point exception) +\(core dumped\)",
             r"(?:received|got|with) (?P<signame>SIGKILL)\b",
+            r"\*\*\* (?P<signame>SIG[A-Z]+) received at time=",  # abseil failure handler
+            r"(?P<shell_signal>Segfault) encountered",  # torch's c10 handler
         ],
         "{signal_hint}",
         "[[{killed_proc}||a vLLM process]] was killed by {signal}",
+        exclude=[r"(?i:potential root causes|common causes|possible causes)"],  # Ray's guesses
         extract=[
             r"(?P<killed_proc>(?:Worker proc|Engine core proc|EngineCore|Worker) ?\S*?)"
             r"(?: \(pid \d+\))? died",
@@ -840,12 +910,8 @@ RULES: tuple[Rule, ...] = (
         "engine_vanished",
         "engine_killed",
         7,
-        ("exited unexpectedly", "died unexpectedly", "died, shutting down"),
-        [
-            r"(?i:engine core) (?:process )?exited unexpectedly",
-            r"(?P<killed_proc>Engine core proc \S+|Worker proc \S+|EngineCore\S*) died "
-            r"unexpectedly",
-        ],
+        ("exited unexpectedly",),
+        [r"(?i:engine core) (?:process )?exited unexpectedly"],
         "{signal_hint}",
         "[[{killed_proc}||the engine process]] vanished without an error: killed by {signal}",
         exclude=[r"exit ?code:? ?[1-9]"],
@@ -870,6 +936,7 @@ RULES: tuple[Rule, ...] = (
             "Exception in worker",
             "Error executing method",
             "Executor failed",
+            "fatal signal from worker",
         ),
         [
             r"Engine core initialization failed",
@@ -886,11 +953,13 @@ RULES: tuple[Rule, ...] = (
             r"Exception in worker \S+ while processing method",
             r"Error executing method",
             r"Executor failed",
+            r"got fatal signal from worker processes",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
         "context.[[ {extra_hint}]]",
         "engine died[[: {root_cause}]]",
+        exclude=[r"[Aa]ctor died"],  # a Ray actor of another framework, not vLLM's engine
     ),
     _rule(
         "engine_traceback",
@@ -964,6 +1033,20 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 _RULE_LABEL: dict[str, str] = {r.name: r.label for r in RULES}
+#: ``fp8_type_unsupported_arch`` when the kernel that needs FP8 is the KV-cache write: the
+#: FP8 is the KV cache's, and so is the fix.
+_FP8_ARCH_KV_RULE = _rule(
+    "fp8_type_unsupported_arch",
+    "kv_cache_dtype_unsupported",
+    83,
+    ("not supported in this architecture",),
+    [r"type (?P<fp8_type>fp8\w+) not supported in this architecture"],
+    "This GPU has no native FP8 ({fp8_type}), which the FP8 KV cache's kernel[[ "
+    "{triton_kernel}]] needs (compute capability 8.9+). Serve with a 16-bit KV cache: drop "
+    "--kv-cache-dtype fp8 from extra_args[[ (now: {extra_args})]] and run `fab "
+    "patch-kv-config` if the checkpoint asks for an FP8 KV cache (kv_cache_scheme).",
+    "FP8 KV cache ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
+)
 
 _RULE_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 
@@ -1034,9 +1117,10 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             "Waiting for application startup",
             "Available routes",
             "Started server process",
+            "Route: /",
         ),
         r"Starting vLLM (?:API )?server|Waiting for application startup|Available routes are|"
-        r"Started server process",
+        r"Started server process|^Route: /\S*, Methods:",
     ),
     _marker("ready", ("Application startup complete", "Uvicorn running on")),
 )
@@ -1059,6 +1143,7 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
         (("non-default args",), r"'model(?:_tag)?': '(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bmodel='(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bdevice_config=(?P<device>\w+)"),
+        (("def ",), r"^def (?P<triton_kernel>\w+)\($"),  # Triton CompilationError echo
         (("LLM engine (v",), r"\bquantization=(?P<quantization>(?!None\b)\w+)"),
         (("non-default args",), r"'max_model_len': (?P<max_model_len>\d+)"),
         (("non-default args",), r"'gpu_memory_utilization': (?P<gpu_memory_utilization>[\d.]+)"),
@@ -1112,12 +1197,19 @@ _EXC_RE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*(?:\w*(?:Error|Exception|Interrupt|Exit)|Error)(?:\([\w.]+\))?"
     r"(?::(?:\s.*)?)?$"
 )
-_EXIT_RE = re.compile(r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with code [1-9]")
+_EXIT_RE = re.compile(
+    r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
+    r"Failed to start (?:the )?(?:model )?server|^The actor (?:is dead|died)\b"
+)
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
     {
         "Killed",
         "core dumped",
         "exited with code",
+        "exited with exit code",
+        "Fatal Python error",
+        "Failed to start",
+        "The actor",
     }
 )
 #: An operator's stop (SIGTERM / Ctrl-C) of a server that was up; what follows it is the
@@ -1133,7 +1225,15 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Received SIGTERM",
         "received SIGTERM",
         "SIGTERM received",
+        "Application shutdown complete",
+        "gracefully shutting down",
     }
+)
+#: Shutdown lines only a server that was up prints (uvicorn's lifespan, vLLM's stop):
+#: an excerpt that starts after startup and shows only these was healthy, then stopped.
+_UP_SHUTDOWN_RE = re.compile(
+    r"Waiting for application shutdown|Application shutdown complete|API server: shutdown "
+    r"triggered|Engine is gracefully shutting down"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: Request-log lines quote user prompts, which may contain any text: never analysed.
@@ -1199,14 +1299,16 @@ def _trie_regex(words: Iterable[str]) -> str:
 #: and keep at least three other characters in each (a word made only of first characters
 #: would match any run of them).
 _TRIGGER_WORDS: tuple[str, ...] = (
-    # exceptions, tracebacks, exits
+    # exceptions, tracebacks, exits; every ERROR / CRITICAL record
     "Error",
+    "ERROR",
+    "CRITICAL",
     "Exception",
     "KeyboardInterrupt",
     "Killed",
     '", line ',
     "xited with code",
-    "xit code",  # died unexpectedly (exit code: -9)
+    "xit code",  # died unexpectedly (exit code: -9); exited with exit code 1
     "xitcode",
     "xpectedly",  # died unexpectedly
     # failure messages that are not (always) exception lines
@@ -1262,7 +1364,9 @@ _TRIGGER_WORDS: tuple[str, ...] = (
 #: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
 #: Keywords whose lines need no trigger word: they only occur in exception messages (which
 #: hold ``Error``) or in hard-wrapped continuations (analysed regardless of triggers).
-_KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset({"maximum model length is"})
+_KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset(
+    {"maximum model length is", "def "}  # "def kernel(": Triton's CompilationError, an ERROR
+)
 _FIND_WORDS: tuple[str, ...] = (
     ": error: ",
     "startup complete",
@@ -1275,6 +1379,15 @@ _FIND_WORDS: tuple[str, ...] = (
     "shutdown triggered",
     "SIG",  # SIGTERM / SIGINT stops, "killed by SIGKILL"
     "Fatal Python error",
+    "Segfault",
+    "trust_remote_code",
+    "usage: vllm",
+    "usage: api_server",
+    "Route: /",
+    "gracefully shutting",
+    "not supported",
+    "custom code",
+    "OfflineModeIsEnabled",
 )
 
 
@@ -1440,6 +1553,7 @@ class _State:
         "last_header",
         "last_exit",
         "last_frame",
+        "last_vllm_frame_pos",
         "tail",
         "tail_provisional",
     )
@@ -1464,6 +1578,7 @@ class _State:
         self.last_header: _Line | None = None
         self.last_exit: _Line | None = None
         self.last_frame: _Line | None = None
+        self.last_vllm_frame_pos = -1  # a traceback frame in vLLM's own code
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -1624,10 +1739,21 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_exit = _Line(pos, ev[2])
         st.last_crash_pos = st.last_signal_pos = pos
     elif kind == _EV_SHUTDOWN:
+        if (
+            st.healthy_pos < 0
+            and not st.hits
+            and st.last_crash_pos < 0
+            and _UP_SHUTDOWN_RE.search(ev[2])
+        ):  # an excerpt that begins after startup: the stop shows the server was up
+            st.healthy_pos = pos
+            st.healthy_text = ev[2]
+            st.last_progress_pos = max(st.last_progress_pos, pos)
         if st.healthy_pos >= 0 and st.shutdown_pos < 0:
             st.shutdown_pos = pos
     elif kind == _EV_FRAME:
         st.last_frame = _Line(pos, ev[2])
+        if "/vllm/" in ev[2]:
+            st.last_vllm_frame_pos = pos
         st.last_crash_pos = max(st.last_crash_pos, pos)
 
 
@@ -1766,6 +1892,7 @@ _SHELL_SIGNALS: dict[str, str] = {
     "Bus error": "SIGBUS",
     "Illegal instruction": "SIGILL",
     "Floating point exception": "SIGFPE",
+    "Segfault": "SIGSEGV",
 }
 _SIGNAL_HINTS: dict[str, str] = {
     "SIGKILL": (
@@ -1882,6 +2009,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     if winner is not None:
         rule, hit = winner
         same = sorted((h for r, h in active if r.label == rule.label), key=lambda h: h.pos)
+        if rule.name == "fp8_type_unsupported_arch" and "cache" in facts.get("triton_kernel", ""):
+            rule = _FP8_ARCH_KV_RULE
         groups: dict[str, str] = {}
         for h in same:
             for k, v in h.groups.items():
@@ -1940,7 +2069,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         and (shutdown is None or st.last_exit.pos < shutdown)
     )
     if crashed_before_up or died_after_up:
-        return _generic_unknown(st, facts, ctx, stage, progress, root)
+        engine = crashed_before_up and st.last_vllm_frame_pos > st.last_progress_pos
+        return _generic_unknown(st, facts, ctx, stage, progress, root, engine=engine)
     values = {**ctx, **facts}
     if healthy:
         if shutdown is not None:
@@ -1974,8 +2104,14 @@ def _generic_unknown(
     stage: str | None,
     progress: str | None,
     root: _Line | None,
+    *,
+    engine: bool = False,
 ) -> Diagnosis:
-    """An unrecognised crash: point at the most telling error line."""
+    """An unrecognised crash: point at the most telling error line.
+
+    ``engine``: the traceback runs through vLLM's own code, so vLLM itself died of an
+    exception no rule knows: ``engine_dead_other`` rather than ``unknown``.
+    """
     candidates = [x for x in (st.last_exc, st.last_exit) if x is not None]
     main = max(candidates, key=lambda x: x.pos) if candidates else None
     if main is None:
@@ -1987,6 +2123,23 @@ def _generic_unknown(
         evidence.append(root.text)
     what = main.text.strip() if main is not None else "the process stopped"
     values = {**ctx, **facts, "what": _truncate(what, 300)}
+    if engine and main is not None and main is st.last_exc:
+        facts["signature"] = "vllm_traceback"
+        first = root.text if root is not None else main.text
+        return Diagnosis(
+            label="engine_dead_other",
+            stage=stage,
+            progress=progress,
+            evidence=tuple(_truncate(e) for e in evidence),
+            hint=_render(
+                "vLLM died of an exception no known cause matches: {first}. Read the "
+                "traceback (it runs through vLLM's code) and the last log lines; search vLLM's "
+                "issues for the exception with the model and version[[ ({vllm_version})]].",
+                {**values, "first": _truncate(first, 300)},
+            ),
+            summary="crashed: engine died: " + _truncate(first, 200),
+            facts=facts,
+        )
     if main is not None and main is st.last_exit and "Killed" in main.text:
         hint = _render(
             "The process was killed ({what}): often the host's OOM killer (check `dmesg`, host "

@@ -379,8 +379,9 @@ def test_priority_between_specific_causes() -> None:
 
 
 def test_unknown_traceback_points_at_the_last_exception() -> None:
-    d = fx("unknown__none__illegal_memory_no_wrapper.log")
-    assert d.label == "unknown" and d.failed
+    # a traceback through vLLM's own code is vLLM dying of an unrecognised exception
+    d = fx("engine_dead_other__vllm_traceback__illegal_memory_no_wrapper.log")
+    assert d.label == "engine_dead_other" and d.failed
     assert d.evidence[0] == "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert "illegal memory access" in d.summary
     text = (
@@ -930,3 +931,126 @@ def test_kv_shortfall_from_max_concurrency_below_one() -> None:
     crash = text + "Traceback (most recent call last):\nValueError: something else\n"
     d = diagnose(crash)
     assert d.label == "kv_cache_insufficient" and "32,768" in d.summary + d.hint
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [
+        # quantization without a kernel on this device, in several versions' words
+        (
+            "ValueError: Unknown quantization method: mxfp4. Must be one of ['awq', 'fp8'].",
+            "quantization_unsupported",
+        ),
+        (
+            "ValueError: fp8 quantization is currently not supported in CPU.",
+            "quantization_unsupported",
+        ),
+        (
+            "The quantization method gptq_marlin is not supported for the current GPU. Minimum "
+            "capability: 80. Current capability: 75.",
+            "quantization_unsupported",
+        ),
+        (
+            "ValueError: Marlin does not support weight_bits = uint4b8. Only types = [] are "
+            "supported (for group_size = 128, min_capability = 75, zp = False)",
+            "quantization_unsupported",
+        ),
+        (
+            "NotImplementedError: Could not run '_C::static_scaled_fp8_quant' with arguments from "
+            "the 'CPU' backend.",
+            "quantization_unsupported",
+        ),
+        (
+            "ValueError: torch.bfloat16 is not supported for quantization method awq. Supported "
+            "dtypes: [torch.float16]",
+            "quantization_unsupported",
+        ),
+        # the GPU itself
+        ("RuntimeError: HIP error: invalid device function", "unsupported_gpu"),
+        # model access
+        (
+            "huggingface_hub.errors.OfflineModeIsEnabled: Cannot reach https://huggingface.co/api/"
+            "models/org/m: offline mode is enabled.",
+            "model_not_found",
+        ),
+        (
+            "requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url",
+            "model_not_found",
+        ),
+        # custom code prompts, without the exception line
+        (
+            "The repository for org/m contains custom code that must be executed to correctly load "
+            "the model.",
+            "trust_remote_code",
+        ),
+        # crashes that say only that the process is gone
+        (
+            "Fatal Python error: _enter_buffered_busy: could not acquire lock at interpreter "
+            "shutdown",
+            "unknown",
+        ),
+        (
+            "2024-07-01 07:28:04.488 1 kserve ERROR [__main__.py:<module>():254] Failed to start "
+            "model server: integer division or modulo by zero",
+            "unknown",
+        ),
+        (
+            "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this "
+            "task.",
+            "unknown",
+        ),
+        (
+            "The actor is dead because its worker process has died. Potential root causes: (1) "
+            "The process is killed by SIGKILL by OOM killer due to high memory usage.",
+            "unknown",
+        ),
+        # a V1 executor that lost its workers, and a bare 'died unexpectedly': engine errors
+        (
+            "CRITICAL 03-15 17:24:18 [multiproc_executor.py:48] MulitprocExecutor got fatal signal "
+            "from worker processes, shutting down. See stack trace above for root cause issue.",
+            "engine_dead_other",
+        ),
+        (
+            "ERROR 10-23 18:21:12 [core_client.py:597] Engine core proc EngineCore_DP0 died "
+            "unexpectedly, shutting down client.",
+            "engine_dead_other",
+        ),
+        (
+            "(RayWorker pid=4856) *** SIGBUS received at time=1695209888 on cpu 3 ***",
+            "engine_killed",
+        ),
+        ("!!!!!!! Segfault encountered !!!!!!!", "engine_killed"),
+        (
+            "ERROR 04-29 21:35:55 [engine.py:448] Bfloat16 is only supported on GPUs with compute "
+            "capability of at least 8.0. Your Tesla P40 GPU has compute capability 6.1.",
+            "unsupported_gpu",
+        ),
+    ],
+)
+def test_wordings_across_versions(text: str, label: str) -> None:
+    d = diagnose(text + "\n")
+    assert d.label == label, (d.summary, d.evidence)
+    if d.failed:
+        assert d.evidence and "{" not in d.hint and "[[" not in d.hint
+
+
+def test_a_stop_shown_without_its_startup_is_healthy_then_stopped() -> None:
+    stop = (
+        "(APIServer pid=1) INFO 08-13 22:38:43 [launcher.py:1] [shutdown] API server: shutting "
+        "down FastAPI HTTP server\n"
+        "(APIServer pid=1) INFO:     Shutting down\n"
+        "(APIServer pid=1) INFO:     Waiting for application shutdown.\n"
+        "(APIServer pid=1) INFO:     Application shutdown complete.\n"
+    )
+    d = diagnose(stop)
+    assert (d.label, d.lifecycle) == ("healthy", "stopped")
+    # the V0 workers then die of the SIGTERM the stop sent them: still a stop
+    d = diagnose(stop + "ERROR 08-18 03:43:42 [x.py:1] Worker pid 7 died, exit code: -15\n")
+    assert (d.label, d.lifecycle) == ("healthy", "stopped")
+    # but an error before the stop is why it stopped
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    assert diagnose(oom + stop).label == "cuda_oom"
+
+
+def test_kubectl_prefix_is_stripped() -> None:
+    assert clean_line("[pod/vllm-0/vllm] INFO 01-01 00:00:00 [a.py:1] up") == "up"
