@@ -362,8 +362,8 @@ RULES: tuple[Rule, ...] = (
             "only supports",
         ),
         [
-            r"(?:(?P<backend>[A-Za-z][\w\-]*?)(?: V\d)? )?with FP8 KV cache (?:is )?not "
-            r"(?:yet )?supported",
+            r"(?:(?P<backend>[A-Za-z][\w\-]*?)(?: V\d)? )?with FP8 KV cache (?:is )?no(?:t "
+            r"(?:yet )?supported|t?$)",  # also cut short by the excerpt
             r"(?P<backend>FP8 Triton MLA) not yet supported",
             r"^[\w.]*(?:Error|Exception)\b.*(?i:(?:fp8|quantized) kv[ _-]?cache (?:is )?not "
             r"(?:yet )?(?:supported|implemented)|does not support (?:an? )?(?:fp8|quantized) "
@@ -405,6 +405,18 @@ RULES: tuple[Rule, ...] = (
         "--kv-cache-dtype from extra_args and run `fab patch-kv-config` to remove the "
         "checkpoint's FP8 KV-cache settings instead (or upgrade to vLLM >= 0.18 and keep FP8).",
         "KV-cache dtype[[ {kv_cache_dtype}]] not supported",
+    ),
+    _rule(
+        "kv_dtype_backend_selection",
+        "kv_cache_dtype_unsupported",
+        88,
+        ("get_attn_backend",),
+        [r'^\s*File "[^"]*/vllm/[^"]*", line \d+, in _?\w*get_attn_backend\w*$'],
+        "vLLM crashed choosing an attention backend for the requested KV-cache dtype"
+        "[[ {kv_cache_dtype}]]: no backend supports it[[ on vLLM {vllm_version}]]. Use "
+        "--kv-cache-dtype auto (or fp8 where the backend supports it) in the profile's "
+        "extra_args[[ (now: {extra_args})]].",
+        "no attention backend for kv_cache_dtype[[ {kv_cache_dtype}]]",
     ),
     # ----------------------------------------------------------- trust_remote_code
     _rule(
@@ -953,7 +965,7 @@ RULES: tuple[Rule, ...] = (
             r"Exception in worker \S+ while processing method",
             r"Error executing method",
             r"Executor failed",
-            r"got fatal signal from worker processes",
+            r"(?i:got fatal signal from worker processes)",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
@@ -1224,7 +1236,6 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "signal=SIGINT",
         "Received SIGTERM",
         "received SIGTERM",
-        "SIGTERM received",
         "Application shutdown complete",
         "gracefully shutting down",
     }
@@ -1993,6 +2004,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     root = st.first_exc_since_progress or st.first_exc_since_healthy
     if root is not None:  # an exception explains the engine's death: not a silent kill
         active = [(r, h) for r, h in active if r.name != "engine_vanished"]
+    if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
+        active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]
 
     def best(label_filter: frozenset[str]) -> tuple[Rule, _Hit] | None:
         cands = [(r, h) for r, h in active if r.label in label_filter]
