@@ -19,6 +19,14 @@ Design
   (``Engine core initialization failed``...) lose to any specific cause; a bare
   traceback is "unknown" unless startup progressed after it; after a post-startup
   shutdown (Ctrl-C) nothing counts; a new ``vLLM API server version`` starts a new run.
+* Structured facts over sentences: an exception type and message, "engine core exited
+  unexpectedly" with no exception (an inferred SIGKILL), "exit code: -N" (a signal's
+  name), "Maximum concurrency ... 0.x" (a KV shortfall once the engine dies), the route
+  list / "Started server process" (up), a traceback through vLLM's own code (the engine
+  died of an exception: ``engine_dead_other``, not ``unknown``).
+* Lifecycle beside the cause (:attr:`Diagnosis.lifecycle`): a SIGTERM / Ctrl-C stop of a
+  server that was up (the whole tree or only the API server) is ``healthy`` + ``stopped``:
+  the teardown errors after the stop (EngineDeadError, killed workers) do not count.
 * Streaming: :class:`LogDiagnoser` keeps a small state (first hit per rule, facts,
   stage, a few error lines) plus a tail of the last lines; feeding a log in any split
   gives exactly the same diagnosis as feeding it whole.
@@ -322,6 +330,21 @@ RULES: tuple[Rule, ...] = (
         "must be divisible by it]]. Pick a {option}_parallel_size that divides it (e.g. 1, 2, "
         "4) in the profile, or another model.",
         "{option}_parallel_size[[ {size}]] does not divide the model[[ ({what} {count})]]",
+    ),
+    _rule(
+        "unexpected_engine_kwarg",
+        "bad_argument",
+        96,
+        ("unexpected keyword argument",),
+        [
+            r"(?P<where>(?:Async)?EngineArgs|LLM|\w*Config)(?:\.__init__)?\(\) got an unexpected "
+            r"keyword argument '(?P<bad_args>\w+)'"
+        ],
+        "This vLLM[[ ({vllm_version})]] has no option '{bad_args}' ({where} rejected it): it "
+        "was renamed or removed, or is newer than this version. Fix the profile's extra_args"
+        "[[ (now: {extra_args})]] or the engine arguments, or install the vLLM version they "
+        "were written for.",
+        "unknown engine option {bad_args}",
     ),
     _rule(
         "argparse_usage",
@@ -895,6 +918,10 @@ RULES: tuple[Rule, ...] = (
             "SIGKILL",
             " received at time=",
             "Segfault encountered",
+            "killed by signal",
+            ") received by PID",
+            "OOMKilled",
+            "Exit Code:",
         ),
         [
             r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
@@ -908,6 +935,10 @@ RULES: tuple[Rule, ...] = (
             r"Floating point exception) +\(core dumped\)",
             r"(?:received|got|with) (?P<signame>SIGKILL)\b",
             r"\*\*\* (?P<signame>SIG[A-Z]+) received at time=",  # abseil failure handler
+            r"killed by signal: (?P<shell_signal>Killed|Segmentation fault|Aborted|Bus error|"
+            r"Illegal instruction)",
+            r"Signal (?P<signum>\d+) \((?P<signame>SIG[A-Z]+)\) received by PID",  # torchrun
+            r"\bOOMKilled\b|Exit Code:\s+(?P<exitcode>13[2-79])\b",  # Kubernetes
             r"(?P<shell_signal>Segfault) encountered",  # torch's c10 handler
         ],
         "{signal_hint}",
@@ -1321,6 +1352,7 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "xited with code",
     "xit code",  # died unexpectedly (exit code: -9); exited with exit code 1
     "xitcode",
+    "Exit Code",
     "xpectedly",  # died unexpectedly
     # failure messages that are not (always) exception lines
     "Errno",
@@ -1904,6 +1936,7 @@ _SHELL_SIGNALS: dict[str, str] = {
     "Illegal instruction": "SIGILL",
     "Floating point exception": "SIGFPE",
     "Segfault": "SIGSEGV",
+    "Killed": "SIGKILL",
 }
 _SIGNAL_HINTS: dict[str, str] = {
     "SIGKILL": (

@@ -418,6 +418,14 @@ def test_process_killed_names_sigkill_with_an_oom_killer_hint() -> None:
         ("Fatal Python error: Segmentation fault", "SIGSEGV"),
         ("./serve.sh: line 3:  77 Bus error               (core dumped) vllm serve m", "SIGBUS"),
         ("bash: line 1: 12 Illegal instruction     (core dumped) vllm serve m", "SIGILL"),
+        ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "SIGKILL"),
+        (
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 17 got "
+            "signal: 9"
+            " Signal 9 (SIGKILL) received by PID 17",
+            "SIGKILL",
+        ),
+        ("    Last State:     Terminated  Reason: OOMKilled  Exit Code: 137", "SIGKILL"),
     ],
 )
 def test_kill_wordings_name_the_signal(line: str, signal: str) -> None:
