@@ -1403,6 +1403,8 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "warmup model) took",
     "Uvicorn running",
     "Waiting for application",
+    "wn triggered",  # [shutdown] API server: shutdown triggered
+    "ModeIsEnabled",  # OfflineModeIsEnabled
 )
 #: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
 #: Keywords whose lines need no trigger word: they only occur in exception messages (which
@@ -1419,18 +1421,14 @@ _FIND_WORDS: tuple[str, ...] = (
     "^C",
     "Started server process",
     "Available routes",
-    "shutdown triggered",
+    "Route: /",
     "SIG",  # SIGTERM / SIGINT stops, "killed by SIGKILL"
     "Fatal Python error",
     "Segfault",
     "trust_remote_code",
-    "usage: vllm",
-    "usage: api_server",
-    "Route: /",
-    "gracefully shutting",
+    "[-h]",  # argparse usage
     "not supported",
     "custom code",
-    "OfflineModeIsEnabled",
 )
 
 
