@@ -105,6 +105,10 @@ _MAX_EVIDENCE = 500
 _MAX_PENDING = 4 * 1024 * 1024
 _SLICE = 4 * 1024 * 1024  # feed() works on at most this much text at a time
 _WRAP_MIN = 60  # a line this long may have been hard-wrapped by a terminal / paste
+#: Every line that starts in the first this many characters of a log is analysed, not only
+#: the trigger lines: an excerpt pasted into an issue is small, and its one telling line
+#: may hold none of the trigger words. Past it, the trigger scan keeps big logs fast.
+_FULL_SCAN = 64 * 1024
 
 
 # --------------------------------------------------------------------------- cleaning
@@ -1310,6 +1314,7 @@ def _build_dispatch() -> dict[str, tuple[tuple[int, int], ...]]:
 
 _DISPATCH = _build_dispatch()
 _FRAME_RE = re.compile(r'\s*File "[^"]*", line \d+')
+_NEWLINE = re.compile("\n")
 
 
 def _trie_regex(words: Iterable[str]) -> str:
@@ -1404,6 +1409,18 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Uvicorn running",
     "Waiting for application",
     "wn triggered",  # [shutdown] API server: shutdown triggered
+    "Started server",
+    # signals: stops (SIGTERM / SIGINT) and kills; "Segfault encountered" (torch's handler)
+    "SIGTERM",
+    "SIGINT",
+    "SIGHUP",
+    "SIGKILL",
+    "SIGSEGV",
+    "SIGBUS",
+    "SIGABRT",
+    "SIGILL",
+    "SIGFPE",
+    "Segfault",
     "ModeIsEnabled",  # OfflineModeIsEnabled
 )
 #: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
@@ -1419,12 +1436,9 @@ _FIND_WORDS: tuple[str, ...] = (
     "Starting to load",
     "core dumped",
     "^C",
-    "Started server process",
     "Available routes",
     "Route: /",
-    "SIG",  # SIGTERM / SIGINT stops, "killed by SIGKILL"
     "Fatal Python error",
-    "Segfault",
     "trust_remote_code",
     "[-h]",  # argparse usage
     "not supported",
@@ -1836,7 +1850,12 @@ def _process(st: _State, block: str) -> None:
             text = clean_line(scan[ls : scan.find("\n", p)])
             events.append((base + ls, _EV_STAGE, _STAGE_INDEX["ready"], None, text, False))
             events.append((base + ls, _EV_HEALTHY, text, True))
-    for ls in _candidate_lines(scan):
+    starts = _candidate_lines(scan)
+    if base < _FULL_SCAN:
+        head = _FULL_SCAN - base
+        every = [0] + [m.end() for m in _NEWLINE.finditer(scan, 0, min(head, len(scan) - 1))]
+        starts = sorted(set(starts).union(every))
+    for ls in starts:
         text = clean_line(scan[ls : scan.find("\n", ls)])
         if text and not text.startswith(_IGNORED_PREFIXES):
             _analyze(text, base + ls, events, joined=False)

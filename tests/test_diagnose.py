@@ -1062,3 +1062,14 @@ def test_a_stop_shown_without_its_startup_is_healthy_then_stopped() -> None:
 
 def test_kubectl_prefix_is_stripped() -> None:
     assert clean_line("[pod/vllm-0/vllm] INFO 01-01 00:00:00 [a.py:1] up") == "up"
+
+
+def test_every_line_of_a_small_excerpt_is_read() -> None:
+    line = "Repository Not Found for url: https://huggingface.co/api/models/org/missing.\n"
+    assert not any(w in line for w in D._FIND_WORDS)  # no trigger word: only the head scan
+    assert diagnose(line).label == "model_not_found"
+    # past the head, a big log is read through its trigger lines only (speed)
+    filler = "INFO 01-01 00:00:00 [a.py:1] step\n" * (D._FULL_SCAN // 30)
+    assert diagnose(filler + line).label == "starting"
+    chunks = [(filler + line)[i : i + 999] for i in range(0, len(filler + line), 999)]
+    assert feed_all(chunks).diagnosis() == diagnose(filler + line)
