@@ -1550,8 +1550,8 @@ class Diagnosis:
 
     @property
     def ready(self) -> bool:
-        """True when the server came up and nothing fatal followed."""
-        return self.label == "healthy"
+        """True when the server came up and nothing fatal followed (and it was not stopped)."""
+        return self.label == "healthy" and self.lifecycle != "stopped"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field plus ``failed`` / ``ready``."""

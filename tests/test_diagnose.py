@@ -889,7 +889,8 @@ def test_sigterm_stop_is_healthy_then_stopped_not_an_engine_death() -> None:
     ):
         d = fx(name)
         assert (d.label, d.lifecycle, d.facts["shutdown"]) == ("healthy", "stopped", "true")
-        assert d.summary.endswith("(then shut down)") and d.ready
+        assert d.summary.endswith("(then shut down)")
+        assert not d.ready and not d.failed  # it served, but it does not serve now
     serving = fx("healthy__none__cpu032_serving.log")
     assert (serving.lifecycle, serving.facts.get("shutdown")) == ("serving", None)
 
