@@ -114,6 +114,8 @@ _FULL_SCAN = 64 * 1024
 # --------------------------------------------------------------------------- cleaning
 
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+#: Colour codes pasted in caret notation (``^[[0;36m``), as terminals copy them.
+_CARET_ANSI_RE = re.compile(r"\^\[\[[0-?]*[ -/]*[@-~]")
 _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
     r"""^(?:
         [ \t]*>+[ ]?                                          # markdown quote
@@ -151,6 +153,8 @@ def clean_line(line: str) -> str:
     s = line
     if "\x1b" in s:
         s = _ANSI_RE.sub("", s)
+    if "^[[" in s:
+        s = _CARET_ANSI_RE.sub("", s)
     s = s.rstrip()
     if s.startswith("^C") and len(s) > 2:  # Ctrl-C echoed before a record: keep the mark
         return "^C " + clean_line(s[2:])

@@ -578,6 +578,7 @@ def test_benign_mentions_do_not_decide_the_label(benign: str) -> None:
         ("[2025-08-19 10:00:00] ValueError: bracketed", "ValueError: bracketed"),
         ("Mar 20 14:00:00 host vllm[42]: INFO 03-20 14:00:00 [a.py:1] journal", "journal"),
         ("\x1b[1;31mERROR\x1b[0m 03-20 14:00:00 [a.py:1] \x1b[33mred\x1b[0m", "red"),
+        ("^[[0;36m(APIServer pid=31)^[[0;0m INFO 02-03 19:00:05 [a.py:38] caret", "caret"),
         ("INFO:     Application startup complete.", "Application startup complete."),
         ("ERROR:    [Errno 98] error while binding", "[Errno 98] error while binding"),
         ("INFO 08-23 08:25:25 multiproc_worker_utils.py:226] old format", "old format"),
