@@ -355,6 +355,20 @@ RULES: tuple[Rule, ...] = (
         "unknown engine option {bad_args}",
     ),
     _rule(
+        "quantization_arg_mismatch",
+        "bad_argument",
+        96,
+        ("does not match the quantization method",),
+        [
+            r"model config \((?P<quantization>[\w\-]+)\) does not match the quantization method "
+            r"specified in the `?quantization`? argument \((?P<bad_value>[\w\-]+)\)"
+        ],
+        "--quantization {bad_value} contradicts the checkpoint's own quantization "
+        "({quantization}): drop --quantization from the profile's extra_args[[ (now: "
+        "{extra_args})]] (vLLM reads it from the checkpoint) or set it to {quantization}.",
+        "--quantization {bad_value} does not match the checkpoint ({quantization})",
+    ),
+    _rule(
         "argparse_usage",
         "bad_argument",
         60,
@@ -664,6 +678,8 @@ RULES: tuple[Rule, ...] = (
             "Unknown quantization method",
             "with arguments from the",
             "for quantization method",
+            "-bit weight quantization is supported",
+            "-bit quantization is supported",
             "not supported on CPU",
             "not supported for CPU",
         ),
@@ -676,6 +692,8 @@ RULES: tuple[Rule, ...] = (
             r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
             r"the '(?P<platform>\w+)' backend",
             r"is not supported for quantization method (?P<quantization>[\w\-]+)",
+            r"only (?P<bits>\d+)-bit (?:weight )?quantization is supported for "
+            r"(?P<quantization>[\w\-]+)",
             r"^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*)\b.*?(?P<platform>CPU|cpu) is not "
             r"supported|^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*).*not supported (?:on|for) "
             r"(?P<platform2>CPU|cpu)",

@@ -975,6 +975,11 @@ def test_kv_shortfall_from_max_concurrency_below_one() -> None:
             "dtypes: [torch.float16]",
             "quantization_unsupported",
         ),
+        (
+            "ValueError: Currently, only 4-bit weight quantization is supported for AWQ, but got "
+            "8 bits.",
+            "quantization_unsupported",
+        ),
         # the GPU itself
         ("RuntimeError: HIP error: invalid device function", "unsupported_gpu"),
         # model access
