@@ -952,8 +952,8 @@ RULES: tuple[Rule, ...] = (
         [
             r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
             r"(?:killed|terminated) by (?:signal )?(?:(?P<signame>SIG[A-Z]+)|(?P<signum>\d+))",
-            r"(?:^|\d\s+|:\s)Killed(?:\s|$)",
-            r"^Killed process \d+",
+            r"^Killed$|\d\s+Killed\s",  # the shell: "Killed", "line 3:  4242 Killed   vllm ..."
+            r"(?:^|: )Killed process \d+",  # the kernel's OOM killer (dmesg)
             r"exited with code (?P<exitcode>13[2-79])\b",
             r"Fatal Python error: (?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
             r"instruction|Floating point exception)",
