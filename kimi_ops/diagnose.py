@@ -968,7 +968,7 @@ RULES: tuple[Rule, ...] = (
             r"(?P<shell_signal>Segfault) encountered",  # torch's c10 handler
         ],
         "{signal_hint}",
-        "[[{killed_proc}||a vLLM process]] was killed by {signal}",
+        "[[{killed_proc}||a vLLM process]] {signal_verb} {signal}",
         exclude=[r"(?i:potential root causes|common causes|possible causes)"],  # Ray's guesses
         extract=[
             r"(?P<killed_proc>(?:Worker proc|Engine core proc|EngineCore|Worker) ?\S*?)"
@@ -2113,6 +2113,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
                 values["platform"] = facts["platform"] = platform.upper()
         if rule.label == "engine_killed":
             values["signal_hint"] = _render(_signal_hint(facts["signal"]), values)
+            stop = facts["signal"] in ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
+            values["signal_verb"] = "was killed by" if stop else "died of"
         evidence = [h.text for h in same[:3]]
         if rule.label in ("engine_dead_other", "unknown") and root is not None:
             values["root_cause"] = _truncate(root.text, 300)
