@@ -1459,13 +1459,11 @@ _FIND_WORDS: tuple[str, ...] = (
     "core dumped",
     "^C",
     "Available routes",
-    "Route: /",
-    "Fatal Python error",
-    "trust_remote_code",
-    "[-h]",  # argparse usage
-    "not supported",
-    "custom code",
 )
+#: Keywords found only by the head scan (``_FULL_SCAN``): they mark lines that, in a whole
+#: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
+#: server"); only a pasted excerpt shows them alone, and an excerpt is small.
+_HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset({"Route: /"})
 
 
 def _dedupe_words(words: Iterable[str]) -> list[str]:
