@@ -19,6 +19,14 @@ Design
   (``Engine core initialization failed``...) lose to any specific cause; a bare
   traceback is "unknown" unless startup progressed after it; after a post-startup
   shutdown (Ctrl-C) nothing counts; a new ``vLLM API server version`` starts a new run.
+* Structured facts over sentences: an exception type and message, "engine core exited
+  unexpectedly" with no exception (an inferred SIGKILL), "exit code: -N" (a signal's
+  name), "Maximum concurrency ... 0.x" (a KV shortfall once the engine dies), the route
+  list / "Started server process" (up), a traceback through vLLM's own code (the engine
+  died of an exception: ``engine_dead_other``, not ``unknown``).
+* Lifecycle beside the cause (:attr:`Diagnosis.lifecycle`): a SIGTERM / Ctrl-C stop of a
+  server that was up (the whole tree or only the API server) is ``healthy`` + ``stopped``:
+  the teardown errors after the stop (EngineDeadError, killed workers) do not count.
 * Streaming: :class:`LogDiagnoser` keeps a small state (first hit per rule, facts,
   stage, a few error lines) plus a tail of the last lines; feeding a log in any split
   gives exactly the same diagnosis as feeding it whole.
@@ -42,6 +50,7 @@ from typing import Any, NamedTuple
 __all__ = [
     "FAILURE_LABELS",
     "LABELS",
+    "LIFECYCLES",
     "RULES",
     "STAGES",
     "Diagnosis",
@@ -63,9 +72,13 @@ LABELS: tuple[str, ...] = (
     "model_not_found",
     "trust_remote_code",
     "unsupported_gpu",
+    "quantization_unsupported",
+    "engine_killed",
     "engine_dead_other",
     "unknown",
 )
+#: Where the server is in its life, beside the cause: see :attr:`Diagnosis.lifecycle`.
+LIFECYCLES: tuple[str, ...] = ("starting", "serving", "stopped", "failed")
 FAILURE_LABELS: frozenset[str] = frozenset(LABELS) - {"starting", "healthy"}
 
 #: Startup stages in order (facts.md section 4). ``(name, description)``.
@@ -92,11 +105,17 @@ _MAX_EVIDENCE = 500
 _MAX_PENDING = 4 * 1024 * 1024
 _SLICE = 4 * 1024 * 1024  # feed() works on at most this much text at a time
 _WRAP_MIN = 60  # a line this long may have been hard-wrapped by a terminal / paste
+#: Every line that starts in the first this many characters of a log is analysed, not only
+#: the trigger lines: an excerpt pasted into an issue is small, and its one telling line
+#: may hold none of the trigger words. Past it, the trigger scan keeps big logs fast.
+_FULL_SCAN = 64 * 1024
 
 
 # --------------------------------------------------------------------------- cleaning
 
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+#: Colour codes pasted in caret notation (``^[[0;36m``), as terminals copy them.
+_CARET_ANSI_RE = re.compile(r"\^\[\[[0-?]*[ -/]*[@-~]")
 _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
     r"""^(?:
         [ \t]*>+[ ]?                                          # markdown quote
@@ -104,6 +123,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
       | \w{3,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
       | [│┃][ ]*                                              # k9s / kubectl box border
+      | \[pod/[\w.\-]+/[\w.\-]+\][ ]                          # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
       | \[rank\d+\]:[ ]?                                      # torch rank prefix
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
@@ -133,6 +153,8 @@ def clean_line(line: str) -> str:
     s = line
     if "\x1b" in s:
         s = _ANSI_RE.sub("", s)
+    if "^[[" in s:
+        s = _CARET_ANSI_RE.sub("", s)
     s = s.rstrip()
     if s.startswith("^C") and len(s) > 2:  # Ctrl-C echoed before a record: keep the mark
         return "^C " + clean_line(s[2:])
@@ -255,6 +277,12 @@ _KV_FIX_NEW = (
     "(--attention-backend TRITON_MLA), or run `fab patch-kv-config` to remove the "
     "checkpoint's FP8 KV-cache settings (kv_cache_scheme / kv_cache_quant_algo)."
 )
+_KV_FIX_CPU = (
+    "On CPU, MLA serves only a bf16 (unquantized) KV cache[[ ({backend})]]: drop "
+    "--kv-cache-dtype fp8 from the profile's extra_args[[ (now: {extra_args})]], and if the "
+    "checkpoint itself asks for an FP8 KV cache (kv_cache_scheme / kv_cache_quant_algo) run "
+    "`fab patch-kv-config` to remove it. Non-MLA models keep FP8 on CPU."
+)
 _GIB = r"[KMGT]i?B"
 
 RULES: tuple[Rule, ...] = (
@@ -297,6 +325,61 @@ RULES: tuple[Rule, ...] = (
         "invalid option value[[: {option} parser {bad_value}]][[: {bad_args}]]",
     ),
     _rule(
+        "parallel_size_mismatch",
+        "bad_argument",
+        97,
+        ("divisible by",),
+        [
+            r"(?P<what>[\w ]+?) \(?(?P<count>\d+)?\)? (?:must|should) be divisible by "
+            r"(?P<option>tensor|pipeline)[ _]parallel[ _]size(?: \((?P<size>\d+)\))?",
+            r"is not divisible by (?P<option>tensor|pipeline)[ _]parallel[ _]size",
+        ],
+        "The model cannot be split over {option}_parallel_size[[ {size}]][[: {what} ({count}) "
+        "must be divisible by it]]. Pick a {option}_parallel_size that divides it (e.g. 1, 2, "
+        "4) in the profile, or another model.",
+        "{option}_parallel_size[[ {size}]] does not divide the model[[ ({what} {count})]]",
+    ),
+    _rule(
+        "unexpected_engine_kwarg",
+        "bad_argument",
+        96,
+        ("unexpected keyword argument",),
+        [
+            r"(?P<where>(?:Async)?EngineArgs|LLM|\w*Config)(?:\.__init__)?\(\) got an unexpected "
+            r"keyword argument '(?P<bad_args>\w+)'"
+        ],
+        "This vLLM[[ ({vllm_version})]] has no option '{bad_args}' ({where} rejected it): it "
+        "was renamed or removed, or is newer than this version. Fix the profile's extra_args"
+        "[[ (now: {extra_args})]] or the engine arguments, or install the vLLM version they "
+        "were written for.",
+        "unknown engine option {bad_args}",
+    ),
+    _rule(
+        "quantization_arg_mismatch",
+        "bad_argument",
+        96,
+        ("does not match the quantization method",),
+        [
+            r"model config \((?P<quantization>[\w\-]+)\) does not match the quantization method "
+            r"specified in the `?quantization`? argument \((?P<bad_value>[\w\-]+)\)"
+        ],
+        "--quantization {bad_value} contradicts the checkpoint's own quantization "
+        "({quantization}): drop --quantization from the profile's extra_args[[ (now: "
+        "{extra_args})]] (vLLM reads it from the checkpoint) or set it to {quantization}.",
+        "--quantization {bad_value} does not match the checkpoint ({quantization})",
+    ),
+    _rule(
+        "argparse_usage",
+        "bad_argument",
+        60,
+        ("usage: ",),
+        [r"^usage: \S*(?:vllm|api_server)\S*(?: serve)? \[-h\]"],
+        "vLLM printed its usage: its argument parser rejected the command line (the excerpt "
+        "is cut before the error line). Fix the profile's extra_args[[ (now: {extra_args})]]: "
+        "a flag may be misspelt, removed or renamed in this vLLM version[[ ({vllm_version})]].",
+        "vLLM rejected its arguments (usage printed)",
+    ),
+    _rule(
         "max_model_len_too_large",
         "bad_argument",
         50,
@@ -315,13 +398,23 @@ RULES: tuple[Rule, ...] = (
         "fp8_kv_cache_unsupported",
         "kv_cache_dtype_unsupported",
         95,
-        ("KV cache not", "kv cache not", "Triton MLA not", "FP8 KV cache", "fp8 KV cache"),
+        (
+            "KV cache not",
+            "kv cache not",
+            "Triton MLA not",
+            "FP8 KV cache",
+            "fp8 KV cache",
+            "only supports",
+        ),
         [
-            r"(?:(?P<backend>[A-Za-z][\w\-]*?)(?: V\d)? )?with FP8 KV cache (?:is )?not "
-            r"(?:yet )?supported",
+            r"(?:(?P<backend>[A-Za-z][\w\-]*?)(?: V\d)? )?with FP8 KV cache (?:is )?no(?:t "
+            r"(?:yet )?supported|t?$)",  # also cut short by the excerpt
             r"(?P<backend>FP8 Triton MLA) not yet supported",
             r"^[\w.]*(?:Error|Exception)\b.*(?i:(?:fp8|quantized) kv[ _-]?cache (?:is )?not "
-            r"(?:yet )?supported|does not support (?:an? )?(?:fp8|quantized) kv[ _-]?cache)",
+            r"(?:yet )?(?:supported|implemented)|does not support (?:an? )?(?:fp8|quantized) "
+            r"kv[ _-]?cache)",
+            r"^[\w.]*(?:Error|Exception)\b.*?(?:(?P<backend>[A-Za-z]\w*?)(?:Impl|Backend)? )?"
+            r"(?i:only supports? (?:an? )?(?:unquantized|bf16|16-bit)\b[^;.]*kv[ _-]?cache)",
         ],
         "The attention backend[[ ({backend})]] cannot use the FP8 KV cache the checkpoint (or "
         "--kv-cache-dtype) asks for[[ on vLLM {vllm_version}]]. " + _KV_FIX,
@@ -358,18 +451,37 @@ RULES: tuple[Rule, ...] = (
         "checkpoint's FP8 KV-cache settings instead (or upgrade to vLLM >= 0.18 and keep FP8).",
         "KV-cache dtype[[ {kv_cache_dtype}]] not supported",
     ),
+    _rule(
+        "kv_dtype_backend_selection",
+        "kv_cache_dtype_unsupported",
+        88,
+        ("get_attn_backend",),
+        [r'^\s*File "[^"]*/vllm/[^"]*", line \d+, in _?\w*get_attn_backend\w*$'],
+        "vLLM crashed choosing an attention backend for the requested KV-cache dtype"
+        "[[ {kv_cache_dtype}]]: no backend supports it[[ on vLLM {vllm_version}]]. Use "
+        "--kv-cache-dtype auto (or fp8 where the backend supports it) in the profile's "
+        "extra_args[[ (now: {extra_args})]].",
+        "no attention backend for kv_cache_dtype[[ {kv_cache_dtype}]]",
+    ),
     # ----------------------------------------------------------- trust_remote_code
     _rule(
         "trust_remote_code",
         "trust_remote_code",
         90,
-        ("custom code", "requires you to execute", "trust_remote_code=True", "trust-remote-code"),
+        (
+            "custom code",
+            "requires you to execute",
+            "trust_remote_code=True",
+            "trust-remote-code",
+            "resolve_trust_remote_code",
+        ),
         [
-            r"contains custom code which must be executed",
+            r"contains custom code (?:which|that) must be executed",
             r"requires you to execute the (?:\w+ )?(?:file|code)",
             r"(?:pass the argument|set the option|consider setting|Please pass) "
             r"`?trust_remote_code=True`?",
             r"Failed to load the model config.*trust[_-]remote[_-]code",
+            r"(?:, in |= )resolve_trust_remote_code\b",
         ],
         "The model[[ {model}]] ships custom Python code: set `trust_remote_code: true` in the "
         "profile (adds --trust-remote-code) and redeploy.",
@@ -396,6 +508,8 @@ RULES: tuple[Rule, ...] = (
             "Incorrect path_or_model_id",
             "LocalEntryNotFoundError",
             "We couldn't connect to",
+            "OfflineModeIsEnabled",
+            "Client Error",
             "No supported config format",
             "Could not detect config format",
             "config.json",
@@ -415,6 +529,8 @@ RULES: tuple[Rule, ...] = (
             r"Can't load the configuration of '(?P<model>[^']+)'",
             r"Incorrect path_or_model_id:? '(?P<model>[^']+)'",
             r"^(?:[\w.]+\.)?LocalEntryNotFoundError\b",
+            r"^(?:[\w.]+\.)?OfflineModeIsEnabled\b",
+            r"^(?:[\w.]+\.)?HTTPError: 40[13] Client Error",
             r"^[\w.]*(?:Error|Exception)\b.*We couldn't connect to '?https://huggingface\.co",
             r"No supported config format found in (?P<model>\S+)",
             r"Could not detect config format",
@@ -431,10 +547,11 @@ RULES: tuple[Rule, ...] = (
         "no_kernel_image",
         "unsupported_gpu",
         80,
-        ("no kernel image", "NoKernelImage"),
+        ("no kernel image", "NoKernelImage", "invalid device function", "InvalidDeviceFunction"),
         [
             r"no kernel image is available for execution on the device",
             r"cudaErrorNoKernelImageForDevice",
+            r"(?:HIP|CUDA) error: invalid device function|hipErrorInvalidDeviceFunction",
         ],
         "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "
         "install a build compiled for its compute capability (Blackwell sm_120 needs CUDA "
@@ -461,21 +578,32 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "quantization_needs_newer_gpu",
-        "unsupported_gpu",
-        81,
-        ("not supported for the current GPU",),
+        "quantization_unsupported",
+        85,
+        (
+            "the current GPU",
+            "not supported on GPUs with",
+            "does not support weight_bits",
+            "Only types = []",
+        ),
         [
-            r"(?:quantization method|Quantization scheme) ?(?P<quantization>\w*) is not "
-            r"supported for the current GPU",
-            r"not supported for the current GPU",
+            r"(?i:quantization method|quantization scheme) ?(?P<quantization>\w*) is not "
+            r"supported for\W*the current GPU",
+            r"(?P<quantization>[\w\-]+(?: [\w\-]+)?) (?i:quantization) is not supported on GPUs "
+            r"with",
+            r"(?P<quantization>\w*[Mm]arlin\w*) does not support weight_bits",
+            r"Only types = \[\] are supported",
         ],
-        "The checkpoint's quantization[[ ({quantization})]] needs a newer GPU[[: minimum "
-        "compute capability {min_capability}]][[, this GPU has {compute_capability}]]. Use a "
-        "checkpoint quantized for this GPU (or unquantized), or a newer GPU.",
-        "quantization[[ {quantization}]] not supported on this GPU",
+        "The checkpoint's quantization[[ ({quantization})]][[ ({fp8_type} kernels)]] has no "
+        "kernel for this GPU[[: minimum compute capability {min_capability}]][[, this GPU has "
+        "{compute_capability}]]. Use a checkpoint quantized for this GPU (e.g. AWQ/GPTQ int4 or "
+        "unquantized on older GPUs; FP8 needs compute capability 8.9+, NVFP4 a Blackwell GPU) "
+        "or a newer GPU.",
+        "quantization[[ {quantization}]][[ ({fp8_type})]] not supported on this GPU",
         extract=[
-            r"Min(?:imum)? capability: (?P<min_capability>\d+)",
-            r"Current capability: (?P<compute_capability>\d+)",
+            r"Min(?:imum)? capability:? =? ?(?P<min_capability>\d+(?:\.\d+)?)",
+            r"min_capability = (?P<min_capability>\d+)",
+            r"Current (?:compute )?capability:? (?P<compute_capability>\d+(?:\.\d+)?)",
         ],
     ),
     _rule(
@@ -538,6 +666,57 @@ RULES: tuple[Rule, ...] = (
         "PyTorch build does not support this GPU[[ (sm_{sm})]]",
         weak=True,
     ),
+    # ---------------------------------------------------- quantization_unsupported
+    _rule(
+        "quantization_no_kernel",
+        "quantization_unsupported",
+        84,
+        (
+            "Failed to find a kernel",
+            "quantization is currently not supported",
+            "quantization is not supported",
+            "Unknown quantization method",
+            "with arguments from the",
+            "for quantization method",
+            "-bit weight quantization is supported",
+            "-bit quantization is supported",
+            "not supported on CPU",
+            "not supported for CPU",
+        ),
+        [
+            r"Failed to find a kernel that can implement the (?P<quantization>[\w\-]+) "
+            r"(?:linear|MoE|moe)",
+            r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
+            r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
+            r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
+            r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
+            r"the '(?P<platform>\w+)' backend",
+            r"is not supported for quantization method (?P<quantization>[\w\-]+)",
+            r"only (?P<bits>\d+)-bit (?:weight )?quantization is supported for "
+            r"(?P<quantization>[\w\-]+)",
+            r"^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*)\b.*?(?P<platform>CPU|cpu) is not "
+            r"supported|^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*).*not supported (?:on|for) "
+            r"(?P<platform2>CPU|cpu)",
+        ],
+        "No kernel for the checkpoint's quantization[[ ({quantization})]] on this "
+        "[[{platform}||device]][[ (vLLM {vllm_version})]]: serve a checkpoint in a format this "
+        "device runs (on CPU: bf16, or a quantization the CPU build lists, e.g. AWQ/GPTQ "
+        "int4 or W8A8 int8; NVFP4 needs a Blackwell GPU), or use hardware and a vLLM build "
+        "with a kernel for it.",
+        "quantization[[ {quantization}]] not supported on [[{platform}||this device]]",
+        exclude=[r"(?i:compute capability|capability[:<>])"],  # quantization_needs_newer_gpu
+    ),
+    _rule(
+        "fp8_type_unsupported_arch",
+        "quantization_unsupported",
+        83,
+        ("not supported in this architecture",),
+        [r"type (?P<fp8_type>fp8\w+) not supported in this architecture"],
+        "This GPU has no native FP8 ({fp8_type}), which the Triton kernel[[ {triton_kernel}]] "
+        "needs: FP8 compute needs compute capability 8.9+ (Ada, Hopper, Blackwell). Use a "
+        "checkpoint that is not FP8-quantized (bf16, AWQ/GPTQ int4) on this GPU, or a newer GPU.",
+        "FP8 ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
+    ),
     # ------------------------------------------------------- kv_cache_insufficient
     _rule(
         "kv_cache_no_memory",
@@ -588,6 +767,24 @@ RULES: tuple[Rule, ...] = (
             r"\((?P<needed_gib>[\d.]+) GiB KV cache is needed",
             r"available KV cache memory \((?P<available_gib>[\d.]+) GiB\)",
         ],
+    ),
+    _rule(
+        "kv_concurrency_below_one",
+        "kv_cache_insufficient",
+        69,
+        ("Maximum concurrency for",),
+        [
+            r"Maximum concurrency for (?P<max_seq_len>[\d,]+) tokens per request: "
+            r"(?P<max_concurrency>0(?:\.\d+)?)x"
+        ],
+        "The KV cache holds less than one request of max_model_len[[ {max_seq_len}]] tokens"
+        "[[ (maximum concurrency {max_concurrency}x)]][[; it holds {kv_cache_tokens} tokens]]. "
+        "Lower --max-model-len[[ to at most {kv_cache_tokens}]] or raise "
+        "--gpu-memory-utilization[[ (now {gpu_memory_utilization})]] (on CPU: "
+        "VLLM_CPU_KVCACHE_SPACE).",
+        "KV cache too small for max_model_len[[ {max_seq_len}]] (concurrency "
+        "[[{max_concurrency}||< 1]]x)",
+        weak=True,  # printed as information; it counts when the engine then dies
     ),
     # ----------------------------------------------------------------- port_in_use
     _rule(
@@ -726,6 +923,68 @@ RULES: tuple[Rule, ...] = (
             r"NCCL version (?P<nccl_version>[\d.]+)",
         ],
     ),
+    # --------------------------------------------------------------- engine_killed
+    _rule(
+        "engine_signal",
+        "engine_killed",
+        9,
+        (
+            "exit code: -",
+            "exit code -",
+            "exitcode -",
+            "exitcode=-",
+            "exit_code=-",
+            "killed by signal",
+            "terminated by signal",
+            "by SIG",
+            "Killed",
+            "exited with code 13",
+            "Fatal Python error: ",
+            "(core dumped)",
+            "SIGKILL",
+            " received at time=",
+            "Segfault encountered",
+            "killed by signal",
+            ") received by PID",
+            "OOMKilled",
+            "Exit Code:",
+        ),
+        [
+            r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
+            r"(?:killed|terminated) by (?:signal )?(?:(?P<signame>SIG[A-Z]+)|(?P<signum>\d+))",
+            r"^Killed$|\d\s+Killed\s",  # the shell: "Killed", "line 3:  4242 Killed   vllm ..."
+            r"(?:^|: )Killed process \d+",  # the kernel's OOM killer (dmesg)
+            r"exited with code (?P<exitcode>13[2-79])\b",
+            r"Fatal Python error: (?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
+            r"instruction|Floating point exception)",
+            r"(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal instruction|"
+            r"Floating point exception) +\(core dumped\)",
+            r"(?:received|got|with) (?P<signame>SIGKILL)\b",
+            r"\*\*\* (?P<signame>SIG[A-Z]+) received at time=",  # abseil failure handler
+            r"killed by signal: (?P<shell_signal>Killed|Segmentation fault|Aborted|Bus error|"
+            r"Illegal instruction)",
+            r"Signal (?P<signum>\d+) \((?P<signame>SIG[A-Z]+)\) received by PID",  # torchrun
+            r"\bOOMKilled\b|Exit Code:\s+(?P<exitcode>13[2-79])\b",  # Kubernetes
+            r"(?P<shell_signal>Segfault) encountered",  # torch's c10 handler
+        ],
+        "{signal_hint}",
+        "[[{killed_proc}||a vLLM process]] {signal_verb} {signal}",
+        exclude=[r"(?i:potential root causes|common causes|possible causes)"],  # Ray's guesses
+        extract=[
+            r"(?P<killed_proc>(?:Worker proc|Engine core proc|EngineCore|Worker) ?\S*?)"
+            r"(?: \(pid \d+\))? died",
+        ],
+    ),
+    _rule(
+        "engine_vanished",
+        "engine_killed",
+        7,
+        ("exited unexpectedly",),
+        [r"(?i:engine core) (?:process )?exited unexpectedly"],
+        "{signal_hint}",
+        "[[{killed_proc}||the engine process]] vanished without an error: killed by {signal}",
+        exclude=[r"exit ?code:? ?[1-9]"],
+    ),
     # ---------------------------------------------------------- engine_dead_other
     _rule(
         "engine_wrapper",
@@ -746,6 +1005,7 @@ RULES: tuple[Rule, ...] = (
             "Exception in worker",
             "Error executing method",
             "Executor failed",
+            "fatal signal from worker",
         ),
         [
             r"Engine core initialization failed",
@@ -762,11 +1022,13 @@ RULES: tuple[Rule, ...] = (
             r"Exception in worker \S+ while processing method",
             r"Error executing method",
             r"Executor failed",
+            r"(?i:got fatal signal from worker processes)",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
         "context.[[ {extra_hint}]]",
         "engine died[[: {root_cause}]]",
+        exclude=[r"[Aa]ctor died"],  # a Ray actor of another framework, not vLLM's engine
     ),
     _rule(
         "engine_traceback",
@@ -840,6 +1102,20 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 _RULE_LABEL: dict[str, str] = {r.name: r.label for r in RULES}
+#: ``fp8_type_unsupported_arch`` when the kernel that needs FP8 is the KV-cache write: the
+#: FP8 is the KV cache's, and so is the fix.
+_FP8_ARCH_KV_RULE = _rule(
+    "fp8_type_unsupported_arch",
+    "kv_cache_dtype_unsupported",
+    83,
+    ("not supported in this architecture",),
+    [r"type (?P<fp8_type>fp8\w+) not supported in this architecture"],
+    "This GPU has no native FP8 ({fp8_type}), which the FP8 KV cache's kernel[[ "
+    "{triton_kernel}]] needs (compute capability 8.9+). Serve with a 16-bit KV cache: drop "
+    "--kv-cache-dtype fp8 from extra_args[[ (now: {extra_args})]] and run `fab "
+    "patch-kv-config` if the checkpoint asks for an FP8 KV cache (kv_cache_scheme).",
+    "FP8 KV cache ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
+)
 
 _RULE_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 
@@ -904,8 +1180,16 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
     _marker("engine_initialized", ("warmup model) took",)),
     _marker(
         "server_starting",
-        ("LLM API server", "LLM server on", "Waiting for application startup"),
-        r"Starting vLLM (?:API )?server|Waiting for application startup",
+        (
+            "LLM API server",
+            "LLM server on",
+            "Waiting for application startup",
+            "Available routes",
+            "Started server process",
+            "Route: /",
+        ),
+        r"Starting vLLM (?:API )?server|Waiting for application startup|Available routes are|"
+        r"Started server process|^Route: /\S*, Methods:",
     ),
     _marker("ready", ("Application startup complete", "Uvicorn running on")),
 )
@@ -927,6 +1211,9 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
         (("non-default args",), r"'port': (?P<port>\d+)"),
         (("non-default args",), r"'model(?:_tag)?': '(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bmodel='(?P<model>[^']+)'"),
+        (("LLM engine (v",), r"\bdevice_config=(?P<device>\w+)"),
+        (("def ",), r"^def (?P<triton_kernel>\w+)\($"),  # Triton CompilationError echo
+        (("LLM engine (v",), r"\bquantization=(?P<quantization>(?!None\b)\w+)"),
         (("non-default args",), r"'max_model_len': (?P<max_model_len>\d+)"),
         (("non-default args",), r"'gpu_memory_utilization': (?P<gpu_memory_utilization>[\d.]+)"),
         (("non-default args",), r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w+)'"),
@@ -964,6 +1251,7 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
                 "Using ROCm",
                 "Using AITER",
                 "Using FlexAttention",
+                "Using AMX",
                 "Using FLEX",
                 "Using AttentionBackendEnum",
                 "Using _Backend",
@@ -978,20 +1266,42 @@ _EXC_RE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*(?:\w*(?:Error|Exception|Interrupt|Exit)|Error)(?:\([\w.]+\))?"
     r"(?::(?:\s.*)?)?$"
 )
-_EXIT_RE = re.compile(r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with code [1-9]")
+_EXIT_RE = re.compile(
+    r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
+    r"Failed to start (?:the )?(?:model )?server|^The actor (?:is dead|died)\b"
+)
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
     {
         "Killed",
         "core dumped",
         "exited with code",
+        "exited with exit code",
+        "Fatal Python error",
+        "Failed to start",
+        "The actor",
     }
 )
+#: An operator's stop (SIGTERM / Ctrl-C) of a server that was up; what follows it is the
+#: teardown (EngineDeadError, "force killing" the engine...), not a crash.
 _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
     {
         "KeyboardInterrupt",
         "Waiting for application shutdown",
         "^C",  # a terminal's echo of Ctrl-C
+        "shutdown triggered",  # vLLM >= 0.2x: "[shutdown] API server: shutdown triggered"
+        "signal=SIGTERM",  # "[shutdown] EngineCore: trigger received signal=SIGTERM"
+        "signal=SIGINT",
+        "Received SIGTERM",
+        "received SIGTERM",
+        "Application shutdown complete",
+        "gracefully shutting down",
     }
+)
+#: Shutdown lines only a server that was up prints (uvicorn's lifespan, vLLM's stop):
+#: an excerpt that starts after startup and shows only these was healthy, then stopped.
+_UP_SHUTDOWN_RE = re.compile(
+    r"Waiting for application shutdown|Application shutdown complete|API server: shutdown "
+    r"triggered|Engine is gracefully shutting down"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: Request-log lines quote user prompts, which may contain any text: never analysed.
@@ -1026,6 +1336,7 @@ def _build_dispatch() -> dict[str, tuple[tuple[int, int], ...]]:
 
 _DISPATCH = _build_dispatch()
 _FRAME_RE = re.compile(r'\s*File "[^"]*", line \d+')
+_NEWLINE = re.compile("\n")
 
 
 def _trie_regex(words: Iterable[str]) -> str:
@@ -1057,13 +1368,18 @@ def _trie_regex(words: Iterable[str]) -> str:
 #: and keep at least three other characters in each (a word made only of first characters
 #: would match any run of them).
 _TRIGGER_WORDS: tuple[str, ...] = (
-    # exceptions, tracebacks, exits
+    # exceptions, tracebacks, exits; every ERROR / CRITICAL record
     "Error",
+    "ERROR",
+    "CRITICAL",
     "Exception",
     "KeyboardInterrupt",
     "Killed",
     '", line ',
     "xited with code",
+    "xit code",  # died unexpectedly (exit code: -9); exited with exit code 1
+    "xitcode",
+    "Exit Code",
     "xpectedly",  # died unexpectedly
     # failure messages that are not (always) exception lines
     "Errno",
@@ -1114,11 +1430,27 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "warmup model) took",
     "Uvicorn running",
     "Waiting for application",
+    "wn triggered",  # [shutdown] API server: shutdown triggered
+    "Started server",
+    # signals: stops (SIGTERM / SIGINT) and kills; "Segfault encountered" (torch's handler)
+    "SIGTERM",
+    "SIGINT",
+    "SIGHUP",
+    "SIGKILL",
+    "SIGSEGV",
+    "SIGBUS",
+    "SIGABRT",
+    "SIGILL",
+    "SIGFPE",
+    "Segfault",
+    "ModeIsEnabled",  # OfflineModeIsEnabled
 )
 #: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
 #: Keywords whose lines need no trigger word: they only occur in exception messages (which
 #: hold ``Error``) or in hard-wrapped continuations (analysed regardless of triggers).
-_KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset({"maximum model length is"})
+_KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset(
+    {"maximum model length is", "def "}  # "def kernel(": Triton's CompilationError, an ERROR
+)
 _FIND_WORDS: tuple[str, ...] = (
     ": error: ",
     "startup complete",
@@ -1126,7 +1458,12 @@ _FIND_WORDS: tuple[str, ...] = (
     "Starting to load",
     "core dumped",
     "^C",
+    "Available routes",
 )
+#: Keywords found only by the head scan (``_FULL_SCAN``): they mark lines that, in a whole
+#: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
+#: server"); only a pasted excerpt shows them alone, and an excerpt is small.
+_HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset({"Route: /"})
 
 
 def _dedupe_words(words: Iterable[str]) -> list[str]:
@@ -1193,8 +1530,15 @@ class Diagnosis:
     ``facts`` holds what the log showed (all strings), e.g. ``vllm_version``, ``port``,
     ``url``, ``model``, ``kv_cache_gib``, ``kv_cache_tokens``, ``backend``, the numbers
     of the deciding error (``needed_gib``, ``available_gib``, ``alloc``, ``bad_args``...),
-    ``signature`` (the name of the deciding :class:`Rule`) and ``shutdown`` ("true" when
-    a server that came up was then stopped).
+    ``signature`` (the name of the deciding :class:`Rule`), ``shutdown`` ("true" when
+    a server that came up was then stopped) and ``signal`` (``SIGKILL``... for
+    ``engine_killed``; ``signal_inferred`` is "true" when no line names it).
+
+    ``lifecycle`` says where the server is, beside the cause: ``starting`` (no terminal
+    state yet; ``stage`` is the last stage reached), ``serving`` (up, nothing fatal
+    after), ``stopped`` (up, then stopped by an operator: SIGTERM / Ctrl-C, the whole
+    tree or only the API server; the label stays ``healthy``) or ``failed`` (any
+    failure label). Left empty, it is derived from the label.
     """
 
     label: str
@@ -1204,6 +1548,20 @@ class Diagnosis:
     hint: str
     summary: str
     facts: dict[str, str] = field(default_factory=dict)
+    lifecycle: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.lifecycle:
+            derived = (
+                "failed"
+                if self.label in FAILURE_LABELS
+                else "stopped"
+                if self.facts.get("shutdown") == "true"
+                else "serving"
+                if self.label == "healthy"
+                else "starting"
+            )
+            object.__setattr__(self, "lifecycle", derived)
 
     @property
     def failed(self) -> bool:
@@ -1212,8 +1570,8 @@ class Diagnosis:
 
     @property
     def ready(self) -> bool:
-        """True when the server came up and nothing fatal followed."""
-        return self.label == "healthy"
+        """True when the server came up and nothing fatal followed (and it was not stopped)."""
+        return self.label == "healthy" and self.lifecycle != "stopped"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field plus ``failed`` / ``ready``."""
@@ -1225,6 +1583,7 @@ class Diagnosis:
             "hint": self.hint,
             "summary": self.summary,
             "facts": dict(self.facts),
+            "lifecycle": self.lifecycle,
             "failed": self.failed,
             "ready": self.ready,
         }
@@ -1269,6 +1628,7 @@ class _State:
         "last_header",
         "last_exit",
         "last_frame",
+        "last_vllm_frame_pos",
         "tail",
         "tail_provisional",
     )
@@ -1293,6 +1653,7 @@ class _State:
         self.last_header: _Line | None = None
         self.last_exit: _Line | None = None
         self.last_frame: _Line | None = None
+        self.last_vllm_frame_pos = -1  # a traceback frame in vLLM's own code
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -1453,10 +1814,21 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_exit = _Line(pos, ev[2])
         st.last_crash_pos = st.last_signal_pos = pos
     elif kind == _EV_SHUTDOWN:
+        if (
+            st.healthy_pos < 0
+            and not st.hits
+            and st.last_crash_pos < 0
+            and _UP_SHUTDOWN_RE.search(ev[2])
+        ):  # an excerpt that begins after startup: the stop shows the server was up
+            st.healthy_pos = pos
+            st.healthy_text = ev[2]
+            st.last_progress_pos = max(st.last_progress_pos, pos)
         if st.healthy_pos >= 0 and st.shutdown_pos < 0:
             st.shutdown_pos = pos
     elif kind == _EV_FRAME:
         st.last_frame = _Line(pos, ev[2])
+        if "/vllm/" in ev[2]:
+            st.last_vllm_frame_pos = pos
         st.last_crash_pos = max(st.last_crash_pos, pos)
 
 
@@ -1498,7 +1870,12 @@ def _process(st: _State, block: str) -> None:
             text = clean_line(scan[ls : scan.find("\n", p)])
             events.append((base + ls, _EV_STAGE, _STAGE_INDEX["ready"], None, text, False))
             events.append((base + ls, _EV_HEALTHY, text, True))
-    for ls in _candidate_lines(scan):
+    starts = _candidate_lines(scan)
+    if base < _FULL_SCAN:
+        head = _FULL_SCAN - base
+        every = [0] + [m.end() for m in _NEWLINE.finditer(scan, 0, min(head, len(scan) - 1))]
+        starts = sorted(set(starts).union(every))
+    for ls in starts:
         text = clean_line(scan[ls : scan.find("\n", ls)])
         if text and not text.startswith(_IGNORED_PREFIXES):
             _analyze(text, base + ls, events, joined=False)
@@ -1538,6 +1915,7 @@ def _render(template: str, values: Mapping[str, str]) -> str:
 
 #: Attention-backend class / display names -> the ``--attention-backend`` names.
 _BACKEND_NAMES: dict[str, str] = {
+    "amxmla": "AMX_MLA",
     "tritonmla": "TRITON_MLA",
     "triton mla": "TRITON_MLA",
     "fp8 triton mla": "TRITON_MLA",
@@ -1568,6 +1946,90 @@ def _version_at_least(version: str, minimum: tuple[int, int]) -> bool:
     """``"0.18.1rc1"`` >= (0, 18)? False when the version is unknown or unparsable."""
     m = re.match(r"v?(\d+)\.(\d+)", version)
     return m is not None and (int(m.group(1)), int(m.group(2))) >= minimum
+
+
+#: Linux signal numbers (``exit code: -9``) and shell / faulthandler wordings.
+_SIGNALS: dict[int, str] = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    5: "SIGTRAP",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    10: "SIGUSR1",
+    11: "SIGSEGV",
+    12: "SIGUSR2",
+    13: "SIGPIPE",
+    14: "SIGALRM",
+    15: "SIGTERM",
+}
+_SHELL_SIGNALS: dict[str, str] = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Illegal instruction": "SIGILL",
+    "Floating point exception": "SIGFPE",
+    "Segfault": "SIGSEGV",
+    "Killed": "SIGKILL",
+}
+_SIGNAL_HINTS: dict[str, str] = {
+    "SIGKILL": (
+        "[[{killed_proc}||A vLLM process]] was killed with SIGKILL[[ ({signal_note})]]: "
+        "kill -9 or the kernel's OOM killer (SIGKILL leaves no traceback). Check `dmesg | grep "
+        "-i -E 'killed process|out of memory'` and the host's free RAM; if nobody killed it by "
+        "hand, lower host-memory use (max_model_len / max_num_seqs; on CPU a smaller "
+        "VLLM_CPU_KVCACHE_SPACE) and redeploy. vLLM may still exit with status 0: that is not "
+        "success."
+    ),
+    "SIGILL": (
+        "[[{killed_proc}||A vLLM process]] died of SIGILL: it ran a CPU instruction this host "
+        "lacks. The vLLM/PyTorch build targets a newer ISA than the CPU has (compare the avx512 "
+        "/ amx flags in /proc/cpuinfo), or, on vLLM's CPU build, --enforce-eager takes such a "
+        "path: remove --enforce-eager from the profile's extra_args[[ (now: {extra_args})]] or "
+        "install a build for this CPU."
+    ),
+    "SIGBUS": (
+        "[[{killed_proc}||A vLLM process]] died of SIGBUS: usually shared memory ran out "
+        "(/dev/shm too small or full of leaked segments). Run `fab clean-shm`, check `df -h "
+        "/dev/shm` (docker: --ipc=host or a larger --shm-size), then redeploy."
+    ),
+    "SIGTERM": (
+        "[[{killed_proc}||A vLLM process]] was stopped by {signal} from outside while the rest "
+        "kept running (an operator, a supervisor, systemd or Kubernetes): find who sent it "
+        "(`journalctl`, `kubectl describe pod`) and redeploy with `fab deploy`."
+    ),
+}
+_SIGNAL_HINTS["SIGINT"] = _SIGNAL_HINTS["SIGHUP"] = _SIGNAL_HINTS["SIGTERM"]
+_SIGNAL_HINT_CRASH = (
+    "[[{killed_proc}||A vLLM process]] crashed in native code ({signal}): a kernel, driver or "
+    "library mismatch. Check `dmesg`, the GPU driver and the vLLM / PyTorch versions; retry "
+    "with --enforce-eager to rule out CUDA-graph / torch.compile bugs, then redeploy."
+)
+
+
+def _signal_facts(facts: dict[str, str]) -> None:
+    """Set ``facts["signal"]`` from the groups a kill line gave (SIGKILL when none)."""
+    sig = facts.get("signame")
+    if not sig and facts.get("signum", "").isdigit():
+        sig = _SIGNALS.get(int(facts["signum"]), "signal " + facts["signum"])
+    if not sig and facts.get("exitcode", "").isdigit():  # docker / shell: 128 + signal
+        sig = _SIGNALS.get(int(facts["exitcode"]) - 128)
+    if not sig and facts.get("shell_signal"):
+        sig = _SHELL_SIGNALS.get(facts["shell_signal"])
+    if not sig:  # "Killed", or a process gone without a word: only SIGKILL is that silent
+        sig = "SIGKILL"
+        if facts.get("signature") == "engine_vanished":
+            facts.setdefault("killed_proc", "EngineCore")
+            facts["signal_inferred"] = "true"
+            facts["signal_note"] = "inferred: it exited without an exception or a stop request"
+    facts["signal"] = sig
+
+
+def _signal_hint(signal: str) -> str:
+    return _SIGNAL_HINTS.get(signal, _SIGNAL_HINT_CRASH)
 
 
 def _context_values(context: Mapping[str, object]) -> dict[str, str]:
@@ -1609,13 +2071,18 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             continue
         active.append((rule, hit))
 
+    root = st.first_exc_since_progress or st.first_exc_since_healthy
+    if root is not None:  # an exception explains the engine's death: not a silent kill
+        active = [(r, h) for r, h in active if r.name != "engine_vanished"]
+    if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
+        active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]
+
     def best(label_filter: frozenset[str]) -> tuple[Rule, _Hit] | None:
         cands = [(r, h) for r, h in active if r.label in label_filter]
         if not cands:
             return None
         return max(cands, key=lambda rh: (rh[0].priority, -rh[1].pos))
 
-    root = st.first_exc_since_progress or st.first_exc_since_healthy
     specific = FAILURE_LABELS - {"engine_dead_other", "unknown"}
     winner = (
         best(frozenset(specific))
@@ -1625,6 +2092,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     if winner is not None:
         rule, hit = winner
         same = sorted((h for r, h in active if r.label == rule.label), key=lambda h: h.pos)
+        if rule.name == "fp8_type_unsupported_arch" and "cache" in facts.get("triton_kernel", ""):
+            rule = _FP8_ARCH_KV_RULE
         groups: dict[str, str] = {}
         for h in same:
             for k, v in h.groups.items():
@@ -1633,7 +2102,17 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         facts["signature"] = rule.name
         if "backend" in facts:
             facts["backend"] = _backend_name(facts["backend"])
+        if rule.label == "engine_killed":
+            _signal_facts(facts)
         values = {**ctx, **facts}
+        if rule.label == "quantization_unsupported" and not values.get("platform"):
+            platform = values.get("platform2") or values.get("device")
+            if platform:
+                values["platform"] = facts["platform"] = platform.upper()
+        if rule.label == "engine_killed":
+            values["signal_hint"] = _render(_signal_hint(facts["signal"]), values)
+            stop = facts["signal"] in ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
+            values["signal_verb"] = "was killed by" if stop else "died of"
         evidence = [h.text for h in same[:3]]
         if rule.label in ("engine_dead_other", "unknown") and root is not None:
             values["root_cause"] = _truncate(root.text, 300)
@@ -1646,7 +2125,11 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
                 evidence.append(extra[1].text)
         if rule.label == "kv_cache_dtype_unsupported":
             new = _version_at_least(values.get("vllm_version", ""), (0, 18))
-            values["kv_fix"] = _render(_KV_FIX_NEW if new else _KV_FIX_OLD, values)
+            cpu = values.get("device") == "cpu" or values.get("backend", "").startswith(
+                ("AMX", "CPU")
+            )
+            fix = _KV_FIX_CPU if cpu else _KV_FIX_NEW if new else _KV_FIX_OLD
+            values["kv_fix"] = _render(fix, values)
         if rule.name == "argparse_error" and values.get("bad_args", "").startswith("serve "):
             values["serve_note"] = (
                 "The image's entrypoint already runs `vllm serve`: do not repeat "
@@ -1671,7 +2154,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         and (shutdown is None or st.last_exit.pos < shutdown)
     )
     if crashed_before_up or died_after_up:
-        return _generic_unknown(st, facts, ctx, stage, progress, root)
+        engine = crashed_before_up and st.last_vllm_frame_pos > st.last_progress_pos
+        return _generic_unknown(st, facts, ctx, stage, progress, root, engine=engine)
     values = {**ctx, **facts}
     if healthy:
         if shutdown is not None:
@@ -1705,8 +2189,14 @@ def _generic_unknown(
     stage: str | None,
     progress: str | None,
     root: _Line | None,
+    *,
+    engine: bool = False,
 ) -> Diagnosis:
-    """An unrecognised crash: point at the most telling error line."""
+    """An unrecognised crash: point at the most telling error line.
+
+    ``engine``: the traceback runs through vLLM's own code, so vLLM itself died of an
+    exception no rule knows: ``engine_dead_other`` rather than ``unknown``.
+    """
     candidates = [x for x in (st.last_exc, st.last_exit) if x is not None]
     main = max(candidates, key=lambda x: x.pos) if candidates else None
     if main is None:
@@ -1718,6 +2208,23 @@ def _generic_unknown(
         evidence.append(root.text)
     what = main.text.strip() if main is not None else "the process stopped"
     values = {**ctx, **facts, "what": _truncate(what, 300)}
+    if engine and main is not None and main is st.last_exc:
+        facts["signature"] = "vllm_traceback"
+        first = root.text if root is not None else main.text
+        return Diagnosis(
+            label="engine_dead_other",
+            stage=stage,
+            progress=progress,
+            evidence=tuple(_truncate(e) for e in evidence),
+            hint=_render(
+                "vLLM died of an exception no known cause matches: {first}. Read the "
+                "traceback (it runs through vLLM's code) and the last log lines; search vLLM's "
+                "issues for the exception with the model and version[[ ({vllm_version})]].",
+                {**values, "first": _truncate(first, 300)},
+            ),
+            summary="crashed: engine died: " + _truncate(first, 200),
+            facts=facts,
+        )
     if main is not None and main is st.last_exit and "Killed" in main.text:
         hint = _render(
             "The process was killed ({what}): often the host's OOM killer (check `dmesg`, host "

@@ -39,7 +39,17 @@ D = importlib.import_module("kimi_ops.diagnose")
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "logs"
-SHARED_LOGS = Path(__file__).resolve().parents[2] / "shared" / "vllm" / "logs"
+
+
+def _shared(name: str) -> Path:
+    """../shared/vllm/NAME seen from the main checkout or from a worktree under /work/wt."""
+    for up in Path(__file__).resolve().parents[2:4]:
+        if (up / "shared" / "vllm" / name).is_dir():
+            return up / "shared" / "vllm" / name
+    return Path(__file__).resolve().parents[2] / "shared" / "vllm" / name
+
+
+SHARED_LOGS = _shared("logs")
 CONTEXT: dict[str, object] = {
     "port": 8000,
     "vllm_version": "0.17.1",
@@ -124,6 +134,8 @@ def test_labels_and_failure_labels() -> None:
         "model_not_found",
         "trust_remote_code",
         "unsupported_gpu",
+        "quantization_unsupported",
+        "engine_killed",
         "engine_dead_other",
         "unknown",
     )
@@ -223,6 +235,8 @@ def test_every_label_has_real_and_synthetic_cases() -> None:
     for label in LABELS:
         assert synthetic.get(label, 0) >= 1, label
     real = set(real_logs().values())
+    if REAL_CPU_LOGS.is_dir():
+        real |= {label for label, _, _ in REAL_CPU_EXPECTED.values()}
     if real:
         # every label has a real excerpt except "starting" (a log that has not ended yet)
         assert set(LABELS) - real <= {"starting"}
@@ -365,8 +379,9 @@ def test_priority_between_specific_causes() -> None:
 
 
 def test_unknown_traceback_points_at_the_last_exception() -> None:
-    d = fx("unknown__none__illegal_memory_no_wrapper.log")
-    assert d.label == "unknown" and d.failed
+    # a traceback through vLLM's own code is vLLM dying of an unrecognised exception
+    d = fx("engine_dead_other__vllm_traceback__illegal_memory_no_wrapper.log")
+    assert d.label == "engine_dead_other" and d.failed
     assert d.evidence[0] == "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert "illegal memory access" in d.summary
     text = (
@@ -383,9 +398,63 @@ def test_unknown_traceback_points_at_the_last_exception() -> None:
     assert d.evidence == ("TypeError: second problem", "ValueError: first problem")
 
 
-def test_process_killed_is_unknown_with_an_oom_killer_hint() -> None:
-    d = fx("unknown__none__killed_while_loading.log")
-    assert d.label == "unknown" and "dmesg" in d.hint and d.progress == "26/64"
+def test_process_killed_names_sigkill_with_an_oom_killer_hint() -> None:
+    d = fx("engine_killed__engine_signal__killed_while_loading.log")
+    assert d.label == "engine_killed" and d.facts["signal"] == "SIGKILL"
+    assert "dmesg" in d.hint and d.progress == "26/64" and d.lifecycle == "failed"
+
+
+@pytest.mark.parametrize(
+    ("line", "signal"),
+    [
+        (
+            "Worker proc VllmWorker-3 died unexpectedly (exit code: -9), shutting down executor.",
+            "SIGKILL",
+        ),
+        ("Engine core proc EngineCore_DP0 died unexpectedly (exit code: -11)", "SIGSEGV"),
+        ("Process EngineCore_DP0 exited with exitcode -6", "SIGABRT"),
+        ("The actor died unexpectedly: the process was killed by SIGKILL (OOM)", "SIGKILL"),
+        ("vllm-1 exited with code 137", "SIGKILL"),
+        ("Fatal Python error: Segmentation fault", "SIGSEGV"),
+        ("./serve.sh: line 3:  77 Bus error               (core dumped) vllm serve m", "SIGBUS"),
+        ("bash: line 1: 12 Illegal instruction     (core dumped) vllm serve m", "SIGILL"),
+        ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "SIGKILL"),
+        (
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 17 got "
+            "signal: 9"
+            " Signal 9 (SIGKILL) received by PID 17",
+            "SIGKILL",
+        ),
+        ("    Last State:     Terminated  Reason: OOMKilled  Exit Code: 137", "SIGKILL"),
+    ],
+)
+def test_kill_wordings_name_the_signal(line: str, signal: str) -> None:
+    up = "INFO:     Application startup complete.\n"
+    for text in (line + "\n", up + line + "\n"):
+        d = diagnose(text)
+        assert d.label == "engine_killed", (text, d.summary)
+        assert d.facts["signal"] == signal and signal in d.summary
+
+
+def test_engine_gone_without_exception_is_sigkill_but_with_one_is_engine_dead() -> None:
+    up = "INFO:     Application startup complete.\n"
+    gone = "WARNING [core_client.py:1] MPClient: engine core exited unexpectedly\n"
+    d = diagnose(up + gone)
+    assert d.label == "engine_killed" and d.facts["signal_inferred"] == "true"
+    crash = (
+        "ERROR [core.py:1] EngineCore encountered a fatal error.\n"
+        "ERROR [core.py:1] ValueError: bad shape for layer 3\n"
+    )
+    d = diagnose(up + crash + gone)
+    assert d.label == "engine_dead_other" and "ValueError: bad shape" in d.hint
+    assert diagnose("Worker proc W died unexpectedly (exit code: 1)\n").label != "engine_killed"
+
+
+def test_exit_status_zero_after_engine_death_is_not_success() -> None:
+    d = fx("engine_killed__engine_vanished__cpu032_kill9_engine_core.log")
+    assert (d.label, d.lifecycle, d.facts["signal"]) == ("engine_killed", "failed", "SIGKILL")
+    assert "EngineCore" in d.hint and "status 0" in d.hint
+    assert d.evidence == ("MPClient: engine core exited unexpectedly; starting cleanup",)
 
 
 def test_nonfatal_traceback_followed_by_progress_is_still_starting() -> None:
@@ -509,6 +578,7 @@ def test_benign_mentions_do_not_decide_the_label(benign: str) -> None:
         ("[2025-08-19 10:00:00] ValueError: bracketed", "ValueError: bracketed"),
         ("Mar 20 14:00:00 host vllm[42]: INFO 03-20 14:00:00 [a.py:1] journal", "journal"),
         ("\x1b[1;31mERROR\x1b[0m 03-20 14:00:00 [a.py:1] \x1b[33mred\x1b[0m", "red"),
+        ("^[[0;36m(APIServer pid=31)^[[0;0m INFO 02-03 19:00:05 [a.py:38] caret", "caret"),
         ("INFO:     Application startup complete.", "Application startup complete."),
         ("ERROR:    [Errno 98] error while binding", "[Errno 98] error while binding"),
         ("INFO 08-23 08:25:25 multiproc_worker_utils.py:226] old format", "old format"),
@@ -665,11 +735,26 @@ def test_tail_is_bounded_cleaned_and_collapses_tqdm() -> None:
 # --------------------------------------------------------------------------- fast path
 
 
+#: Excerpts whose deciding lines (argparse usage dumps, transformers' custom-code prompt)
+#: hold no trigger word: only the head scan (every line of the first ``_FULL_SCAN`` chars)
+#: reads them, and in a whole log such lines come first, inside the head.
+HEAD_SCAN_ONLY = {
+    "bad_argument__argparse_error__cpu032_no_such_flag.log",
+    "bad_argument__argparse_error__invalid_choice_ansi.log",
+    "bad_argument__argparse_usage__k8s_usage_cut.log",
+    "016_bad_argument.log",
+    "025_trust_remote_code.log",
+}
+
+
 @pytest.mark.parametrize("path", all_logs())
 def test_fast_line_filter_misses_nothing(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Analysing only the trigger lines gives the same result as analysing every line."""
     text = read(path)
     fast = diagnose(text, CONTEXT)
+    if path.name not in HEAD_SCAN_ONLY:  # the trigger lines alone decide the same
+        monkeypatch.setattr(D, "_FULL_SCAN", 0)
+        assert diagnose(text, CONTEXT) == fast
 
     def every_line(scan: str) -> list[int]:
         return [0] + [i + 1 for i, ch in enumerate(scan[:-1]) if ch == "\n"]
@@ -737,7 +822,7 @@ def test_every_stage_and_fact_keyword_is_reachable_by_the_line_filter() -> None:
     words = D._TRIGGER_WORDS + D._FIND_WORDS
     keys = {k for mk in D._STAGE_MARKERS for k in mk.keywords}
     keys |= {k for ks, _ in D._FACT_PATTERNS for k in ks}
-    keys -= D._KEYWORDS_ON_ERROR_LINES
+    keys -= D._KEYWORDS_ON_ERROR_LINES | D._HEAD_ONLY_KEYWORDS
     unreachable = sorted(k for k in keys if not any(w in k for w in words))
     assert not unreachable
 
@@ -748,7 +833,8 @@ def test_error_final_line_and_exit_code_are_unknown_crashes() -> None:
         "vllm-1  | INFO 01-01 00:00:00 [a.py:1] Loading weights took 3 s\n"
         "vllm-1 exited with code 137\n"
     )
-    assert d.label == "unknown" and d.evidence == ("vllm-1 exited with code 137",)
+    assert d.label == "engine_killed" and d.evidence == ("vllm-1 exited with code 137",)
+    assert diagnose("vllm-1 exited with code 1\n").label == "unknown"
     assert diagnose("vllm-1 exited with code 0\n").label == "starting"
 
 
@@ -767,3 +853,245 @@ def test_trigger_words_stay_selective_after_translation() -> None:
     for word in D._TRIGGER_WORDS:
         literal = [ch for ch in word if ch not in D._ANCHORS]
         assert len(literal) >= 3, f"{word!r} would match any run of anchor characters"
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+REAL_CPU_LOGS = _shared("real-cpu-logs")
+#: vLLM CPU build 0.32.0 logs (README there): file -> (label, lifecycle, signal).
+REAL_CPU_EXPECTED: dict[str, tuple[str, str, str | None]] = {
+    "healthy.log": ("healthy", "serving", None),
+    "healthy_no_triton.log": ("healthy", "stopped", None),
+    "dsv3_mla_healthy.log": ("healthy", "stopped", None),
+    "sigterm_graceful_stop.log": ("healthy", "stopped", None),
+    "kv_fp8_flag_llama.log": ("healthy", "stopped", None),
+    "port_in_use.log": ("port_in_use", "failed", None),
+    "model_missing.log": ("model_not_found", "failed", None),
+    "bad_flag.log": ("bad_argument", "failed", None),
+    "max_model_len_too_big.log": ("bad_argument", "failed", None),
+    "kv_fp8_flag_dsv3_mla.log": ("kv_cache_dtype_unsupported", "failed", None),
+    "nvfp4_fp8kv_config_dsv3.log": ("quantization_unsupported", "failed", None),
+    "engine_kill9.log": ("engine_killed", "failed", "SIGKILL"),
+    "healthy_enforce_eager.log": ("engine_killed", "failed", "SIGILL"),
+    "crash_first_request_headdim16.log": ("engine_dead_other", "failed", None),
+    "dsv3_no_topk_method_keyerror.log": ("engine_dead_other", "failed", None),
+}
+
+
+def real_cpu_params() -> list[object]:
+    if not REAL_CPU_LOGS.is_dir():
+        return [pytest.param("", marks=pytest.mark.skip(reason="no shared real-cpu-logs"))]
+    return [pytest.param(p.name, id=p.name) for p in sorted(REAL_CPU_LOGS.glob("*.log"))]
+
+
+@pytest.mark.parametrize("name", real_cpu_params())
+def test_real_cpu_engine_log(name: str) -> None:
+    assert name in REAL_CPU_EXPECTED, f"{name}: new real log, add its expected label here"
+    label, lifecycle, signal = REAL_CPU_EXPECTED[name]
+    d = diagnose(read(REAL_CPU_LOGS / name), {"vllm_version": "0.32.0"})
+    assert (d.label, d.lifecycle) == (label, lifecycle), (d.summary, d.evidence)
+    assert d.facts.get("signal") == signal
+    if d.failed:
+        assert d.evidence and "{" not in d.hint and "[[" not in d.hint
+    if label == "engine_dead_other":  # the exception is the evidence
+        assert any(re.match(r"\w+Error: ", e) for e in d.evidence), d.evidence
+
+
+def test_sigterm_stop_is_healthy_then_stopped_not_an_engine_death() -> None:
+    for name in (
+        "healthy__none__cpu032_sigterm_whole_tree.log",
+        "healthy__none__cpu032_sigterm_api_server_only.log",
+        "healthy__none__cpu032_mla_sigterm_stop.log",
+    ):
+        d = fx(name)
+        assert (d.label, d.lifecycle, d.facts["shutdown"]) == ("healthy", "stopped", "true")
+        assert d.summary.endswith("(then shut down)")
+        assert not d.ready and not d.failed  # it served, but it does not serve now
+    serving = fx("healthy__none__cpu032_serving.log")
+    assert (serving.lifecycle, serving.facts.get("shutdown")) == ("serving", None)
+
+
+def test_cpu_specific_hints() -> None:
+    d = fx("kv_cache_dtype_unsupported__fp8_kv_cache_unsupported__cpu032_amx_mla.log")
+    assert d.facts["backend"] == "AMX_MLA" and d.facts["device"] == "cpu"
+    assert "On CPU, MLA serves only a bf16" in d.hint and "--kv-cache-dtype fp8" in d.hint
+    assert "kv_cache_scheme" in d.hint and "TRITON_MLA" not in d.hint
+    d = fx("quantization_unsupported__quantization_no_kernel__cpu032_nvfp4.log")
+    assert d.facts["quantization"] == "NVFP4" and d.facts["platform"] == "CPU"
+    assert "NVFP4 needs a Blackwell GPU" in d.hint
+    d = fx("engine_killed__engine_signal__cpu032_sigill_enforce_eager.log")
+    assert d.facts["killed_proc"] == "Worker proc VllmWorker-0"
+    assert "--enforce-eager" in d.hint and "SIGILL" in d.summary
+
+
+def test_lifecycle_of_each_state() -> None:
+    d = fx("starting__none__cpu032_cut_while_compiling.log")
+    assert (d.label, d.lifecycle, d.stage) == ("starting", "starting", "weights_loaded")
+    assert fx("cuda_oom__cuda_oom__after_startup_request.log").lifecycle == "failed"
+    assert diagnose("").lifecycle == "starting"
+    assert fx("healthy__none__ctrl_c_shutdown_destroy_pg.log").lifecycle == "stopped"
+    # a log cut right after the route list is up, not starting
+    routes = (
+        "(APIServer pid=1) INFO 01-01 00:00:00 [launcher.py:1] Available routes are:\n"
+        "(APIServer pid=1) INFO 01-01 00:00:00 [launcher.py:2] Route: /health, Methods: GET\n"
+    )
+    assert (diagnose(routes).label, diagnose(routes).lifecycle) == ("healthy", "serving")
+    started = "INFO:     Started server process [7]\n"
+    assert diagnose(started).lifecycle == "serving"
+    # lifecycle is part of the JSON form; left out, it is derived from the label
+    assert fx("bad_argument__argparse_error__cpu032_no_such_flag.log").to_dict()["lifecycle"] == (
+        "failed"
+    )
+    assert Diagnosis("healthy", "ready", None, (), "h", "s").lifecycle == "serving"
+    assert set(D.LIFECYCLES) == {"starting", "serving", "stopped", "failed"}
+
+
+def test_kv_shortfall_from_max_concurrency_below_one() -> None:
+    text = (
+        "INFO 01-01 00:00:00 [kv_cache_utils.py:1] GPU KV cache size: 9,000 tokens\n"
+        "INFO 01-01 00:00:00 [kv_cache_utils.py:1] Maximum concurrency for 32,768 tokens per "
+        "request: 0.27x\n"
+    )
+    assert diagnose(text).label == "starting"  # a warning alone: the engine may go on
+    crash = text + "Traceback (most recent call last):\nValueError: something else\n"
+    d = diagnose(crash)
+    assert d.label == "kv_cache_insufficient" and "32,768" in d.summary + d.hint
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [
+        # quantization without a kernel on this device, in several versions' words
+        (
+            "ValueError: Unknown quantization method: mxfp4. Must be one of ['awq', 'fp8'].",
+            "quantization_unsupported",
+        ),
+        (
+            "ValueError: fp8 quantization is currently not supported in CPU.",
+            "quantization_unsupported",
+        ),
+        (
+            "The quantization method gptq_marlin is not supported for the current GPU. Minimum "
+            "capability: 80. Current capability: 75.",
+            "quantization_unsupported",
+        ),
+        (
+            "ValueError: Marlin does not support weight_bits = uint4b8. Only types = [] are "
+            "supported (for group_size = 128, min_capability = 75, zp = False)",
+            "quantization_unsupported",
+        ),
+        (
+            "NotImplementedError: Could not run '_C::static_scaled_fp8_quant' with arguments from "
+            "the 'CPU' backend.",
+            "quantization_unsupported",
+        ),
+        (
+            "ValueError: torch.bfloat16 is not supported for quantization method awq. Supported "
+            "dtypes: [torch.float16]",
+            "quantization_unsupported",
+        ),
+        (
+            "ValueError: Currently, only 4-bit weight quantization is supported for AWQ, but got "
+            "8 bits.",
+            "quantization_unsupported",
+        ),
+        # the GPU itself
+        ("RuntimeError: HIP error: invalid device function", "unsupported_gpu"),
+        # model access
+        (
+            "huggingface_hub.errors.OfflineModeIsEnabled: Cannot reach https://huggingface.co/api/"
+            "models/org/m: offline mode is enabled.",
+            "model_not_found",
+        ),
+        (
+            "requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url",
+            "model_not_found",
+        ),
+        # custom code prompts, without the exception line
+        (
+            "The repository for org/m contains custom code that must be executed to correctly load "
+            "the model.",
+            "trust_remote_code",
+        ),
+        # crashes that say only that the process is gone
+        (
+            "Fatal Python error: _enter_buffered_busy: could not acquire lock at interpreter "
+            "shutdown",
+            "unknown",
+        ),
+        (
+            "2024-07-01 07:28:04.488 1 kserve ERROR [__main__.py:<module>():254] Failed to start "
+            "model server: integer division or modulo by zero",
+            "unknown",
+        ),
+        (
+            "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this "
+            "task.",
+            "unknown",
+        ),
+        (
+            "The actor is dead because its worker process has died. Potential root causes: (1) "
+            "The process is killed by SIGKILL by OOM killer due to high memory usage.",
+            "unknown",
+        ),
+        # a V1 executor that lost its workers, and a bare 'died unexpectedly': engine errors
+        (
+            "CRITICAL 03-15 17:24:18 [multiproc_executor.py:48] MulitprocExecutor got fatal signal "
+            "from worker processes, shutting down. See stack trace above for root cause issue.",
+            "engine_dead_other",
+        ),
+        (
+            "ERROR 10-23 18:21:12 [core_client.py:597] Engine core proc EngineCore_DP0 died "
+            "unexpectedly, shutting down client.",
+            "engine_dead_other",
+        ),
+        (
+            "(RayWorker pid=4856) *** SIGBUS received at time=1695209888 on cpu 3 ***",
+            "engine_killed",
+        ),
+        ("!!!!!!! Segfault encountered !!!!!!!", "engine_killed"),
+        (
+            "ERROR 04-29 21:35:55 [engine.py:448] Bfloat16 is only supported on GPUs with compute "
+            "capability of at least 8.0. Your Tesla P40 GPU has compute capability 6.1.",
+            "unsupported_gpu",
+        ),
+    ],
+)
+def test_wordings_across_versions(text: str, label: str) -> None:
+    d = diagnose(text + "\n")
+    assert d.label == label, (d.summary, d.evidence)
+    if d.failed:
+        assert d.evidence and "{" not in d.hint and "[[" not in d.hint
+
+
+def test_a_stop_shown_without_its_startup_is_healthy_then_stopped() -> None:
+    stop = (
+        "(APIServer pid=1) INFO 08-13 22:38:43 [launcher.py:1] [shutdown] API server: shutting "
+        "down FastAPI HTTP server\n"
+        "(APIServer pid=1) INFO:     Shutting down\n"
+        "(APIServer pid=1) INFO:     Waiting for application shutdown.\n"
+        "(APIServer pid=1) INFO:     Application shutdown complete.\n"
+    )
+    d = diagnose(stop)
+    assert (d.label, d.lifecycle) == ("healthy", "stopped")
+    # the V0 workers then die of the SIGTERM the stop sent them: still a stop
+    d = diagnose(stop + "ERROR 08-18 03:43:42 [x.py:1] Worker pid 7 died, exit code: -15\n")
+    assert (d.label, d.lifecycle) == ("healthy", "stopped")
+    # but an error before the stop is why it stopped
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    assert diagnose(oom + stop).label == "cuda_oom"
+
+
+def test_kubectl_prefix_is_stripped() -> None:
+    assert clean_line("[pod/vllm-0/vllm] INFO 01-01 00:00:00 [a.py:1] up") == "up"
+
+
+def test_every_line_of_a_small_excerpt_is_read() -> None:
+    line = "Repository Not Found for url: https://huggingface.co/api/models/org/missing.\n"
+    assert not any(w in line for w in D._FIND_WORDS)  # no trigger word: only the head scan
+    assert diagnose(line).label == "model_not_found"
+    # past the head, a big log is read through its trigger lines only (speed)
+    filler = "INFO 01-01 00:00:00 [a.py:1] step\n" * (D._FULL_SCAN // 30)
+    assert diagnose(filler + line).label == "starting"
+    chunks = [(filler + line)[i : i + 999] for i in range(0, len(filler + line), 999)]
+    assert feed_all(chunks).diagnosis() == diagnose(filler + line)

