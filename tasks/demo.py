@@ -60,17 +60,36 @@ def demo_profile(tmp: Path, port: int, load_seconds: float) -> dict[str, Any]:
     }
 
 
-def chat(port: int, model: str) -> str:
+def chat_completion(
+    port: int,
+    model: str,
+    content: str = "Hello!",
+    *,
+    max_tokens: int = 32,
+    api_key: str | None = None,
+    timeout: float = 10,
+) -> dict[str, Any]:
+    """POST one chat completion to 127.0.0.1:PORT; the server's JSON answer."""
     body = json.dumps(
-        {"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32}
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
     ).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/chat/completions",
-        data=body,
-        headers={"Content-Type": "application/json"},
+        f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers=headers
     )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        data = json.loads(resp.read())
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def chat(port: int, model: str, timeout: float = 10) -> str:
+    data = chat_completion(port, model, timeout=timeout)
     return str(data["choices"][0]["message"]["content"])
 
 
