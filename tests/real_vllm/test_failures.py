@@ -77,7 +77,7 @@ def test_max_model_len_over_the_models(deployment: Callable[..., RealDeployment]
 
 
 def test_fp8_kv_cache_on_mla(deployment: Callable[..., RealDeployment]) -> None:
-    """Tiny DeepSeek-V3 (MLA) with --kv-cache-dtype fp8: the CPU build's AMX_MLA backend serves
+    """Tiny DeepSeek-V3 (MLA) with --kv-cache-dtype fp8: the CPU build's MLA backends serve
     only a 16-bit KV cache. The preflight must refuse or patch it before launch; a server that
     got the flag anyway must be diagnosed kv_cache_dtype_unsupported with the CPU fix."""
     dep = deployment("tiny-dsv3")
@@ -92,16 +92,18 @@ def test_fp8_kv_cache_on_mla(deployment: Callable[..., RealDeployment]) -> None:
         assert dep.fab("stop").returncode == 0
         return
 
-    labels, hints = label_and_hint(run.output)
-    assert "kv_cache_dtype_unsupported" in labels or "kv_cache_dtype_unsupported" in run.output, (
-        run.describe() + "\n--- server log ---\n" + dep.log_text()[-3000:]
-    )
-    assert "cpu" in hints.lower(), run.describe()
     if dep.pidfile_pid() is not None:
-        return  # the real engine ran and failed on its first request: diagnosed above
+        # Launched: the real engine failed on its first request, and fab must say why.
+        labels, hints = label_and_hint(run.output)
+        log = "\n--- server log ---\n" + dep.log_text()[-3000:]
+        assert "kv_cache_dtype_unsupported" in labels, run.describe() + log
+        assert "cpu" in hints.lower(), run.describe() + log
+        return
 
-    # Refused before launch (no first request needed). The engine itself, given the flag, must
-    # get the same label from its own log.
+    # Refused before launch: the refusal names the flag and the CPU fix.
+    assert "--kv-cache-dtype fp8" in run.output, run.describe()
+    assert "cpu" in run.output.lower(), run.describe()
+    # The engine itself, given the flag anyway, must get the label from its own failure.
     runs = dep.launch_past_preflight(extra_args=fp8)
     out = "\n".join(r.describe() for r in runs) + "\n--- server log ---\n" + dep.log_text()[-3000:]
     if runs[-1].returncode == 0:
