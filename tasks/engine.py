@@ -73,10 +73,16 @@ def installed_engine() -> Engine | None:
     return Engine(python, versions)
 
 
+def install_command() -> str:
+    """The command that installs the engine where this process looks for it."""
+    env = os.environ.get("KIMI_OPS_VLLM_VENV")
+    return f"KIMI_OPS_VLLM_VENV={env} {INSTALL_COMMAND}" if env else INSTALL_COMMAND
+
+
 def missing_message() -> str:
     return (
         f"vLLM's CPU build is not installed in {venv_dir()} (no {MARKER} there).\n"
-        f"Install it (about 2-4 minutes, ~540 MB; cached afterwards): {INSTALL_COMMAND}"
+        f"Install it (about 2-4 minutes, ~540 MB; cached afterwards): {install_command()}"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,19 @@ def test_fab_demo_runs_the_whole_story_in_under_a_minute() -> None:
     assert '-    "kv_cache_scheme": {' in text  # the diff
     assert "Hello from the kimi-ops stand-in" in text  # the answer through the port
     assert "demo ok" in text and "removed /tmp/kimi-ops-demo-" in text
+
+
+def test_fab_demo_engine_vllm_without_the_engine_says_how_to_install(tmp_path: Path) -> None:
+    env = {**os.environ, "KIMI_OPS_VLLM_VENV": str(tmp_path / "no-venv")}
+    out = subprocess.run(
+        [str(FAB), "demo", "--engine", "vllm"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 1, out
+    text = out.stdout + out.stderr
+    assert "bash scripts/install_vllm_cpu.sh" in text and str(tmp_path / "no-venv") in text, text
+    assert "Traceback" not in text
