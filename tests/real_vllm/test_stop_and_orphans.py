@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -56,12 +57,40 @@ def test_sigterm_to_the_api_server_only_is_a_stop(
 
 
 #: A decoy with the real orphans' titles: a re-parented `VLLM::EngineCore` with a child
-#: `VLLM::Worker`, and a re-parented `multiprocessing.resource_tracker` (the same command line as
-#: vLLM's). It is not this deployment's (no KIMI_OPS_* in its environment, its own session).
+#: `VLLM::Worker`, and a re-parented `multiprocessing.resource_tracker` (vLLM's command line).
+#: It is not this deployment's (no KIMI_OPS_* in its environment, its own session).
+#: EngineCore and Worker block SIGTERM/SIGINT/SIGHUP and log each one they get, with the
+#: sender's process chain (so a test can tell whose kill it was), then keep running: on a shared
+#: machine another kimi-ops checkout's kill-stale may end orphans by title (it did: a
+#: `fab demo` of an older checkout). Only SIGKILL ends them.
 DECOY = textwrap.dedent(
     """
-    import os, subprocess, sys, time
+    import json, os, signal, subprocess, sys, time
     import setproctitle
+
+    LOG = sys.argv[1]
+    SIGS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+
+    def chain(pid):
+        out = []
+        while pid > 1 and len(out) < 30:
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ")
+                stat = open(f"/proc/{pid}/stat").read()
+            except OSError:
+                break
+            out.append([pid, cmd.decode(errors="replace")[:200]])
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        return out
+
+    def log_signals(title):
+        while True:
+            info = signal.sigwaitinfo(SIGS)
+            entry = {"at": time.time(), "title": title, "pid": os.getpid(),
+                     "signal": info.si_signo, "sender": info.si_pid,
+                     "chain": chain(info.si_pid)}
+            with open(LOG, "a") as fh:
+                fh.write(json.dumps(entry) + "\\n")
 
     if os.fork():  # the "API server" leaves at once: its children are re-parented
         os._exit(0)
@@ -71,28 +100,42 @@ DECOY = textwrap.dedent(
          f"from multiprocessing.resource_tracker import main;main({r})"],
         pass_fds=(r,),
     )
-    setproctitle.setproctitle("VLLM::EngineCore")
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
     if os.fork() == 0:
         setproctitle.setproctitle("VLLM::Worker")
-        time.sleep(900)
-        os._exit(0)
+        log_signals("VLLM::Worker")
+    setproctitle.setproctitle("VLLM::EngineCore")
     print(os.getpid(), flush=True)
-    time.sleep(900)
+    log_signals("VLLM::EngineCore")
     """
 )
 
 
-@pytest.fixture
-def decoy_tree(engine: Engine, tmp_path: Path) -> Iterator[Callable[[], ServerTree]]:
-    """Start (on demand) a decoy orphan tree; ended by PID afterwards."""
-    started: list[ServerTree] = []
+@dataclass
+class Decoys:
+    tree: ServerTree
+    log: Path
 
-    def start() -> ServerTree:
+    def signals(self) -> list[dict[str, object]]:
+        try:
+            lines = self.log.read_text().splitlines()
+        except OSError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+@pytest.fixture
+def decoy_tree(engine: Engine, tmp_path: Path) -> Iterator[Callable[[], Decoys]]:
+    """Start (on demand) a decoy orphan tree; ended by PID (SIGKILL) afterwards."""
+    started: list[Decoys] = []
+
+    def start() -> Decoys:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KIMI_OPS_")}
         script = tmp_path / "decoy.py"
         script.write_text(DECOY)
+        log = tmp_path / "decoy-signals.jsonl"
         proc = subprocess.Popen(
-            [str(engine.python), str(script)],
+            [str(engine.python), str(script), str(log)],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             env=env,
@@ -103,25 +146,33 @@ def decoy_tree(engine: Engine, tmp_path: Path) -> Iterator[Callable[[], ServerTr
         core = int(proc.stdout.readline())
         proc.wait(10)
         assert wait_until(lambda: len(record_tree(core).members) >= 3, 20)
-        tree = record_tree(core)
-        started.append(tree)
-        return tree
+        decoys = Decoys(record_tree(core), log)
+        started.append(decoys)
+        return decoys
 
     try:
         yield start
     finally:
-        for tree in started:
-            for pid in tree.alive():
+        for decoys in started:
+            for pid in decoys.tree.alive():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
 
+def our_session(entry: dict[str, object], sshd_pid: int) -> bool:
+    """Did this signal come from a process under our sshd (or from one gone before we looked)?"""
+    chain = entry.get("chain") or []
+    assert isinstance(chain, list)
+    return not chain or any(pid == sshd_pid for pid, _ in chain)
+
+
 def test_kill9_of_the_api_server_leaves_orphans_that_kill_stale_ends(
-    deployment: Callable[..., RealDeployment], decoy_tree: Callable[[], ServerTree]
+    deployment: Callable[..., RealDeployment], decoy_tree: Callable[[], Decoys]
 ) -> None:
     dep = deployment("tiny-llama")
     tree = dep.serve()
-    decoys = decoy_tree()
+    decoy = decoy_tree()
+    decoys = decoy.tree
     assert decoys.by_title("VLLM::EngineCore") and decoys.by_title("VLLM::Worker")
     assert decoys.by_title("multiprocessing.resource_tracker"), decoys.describe()
 
@@ -146,12 +197,19 @@ def test_kill9_of_the_api_server_leaves_orphans_that_kill_stale_ends(
     ended = dep.fab("kill-stale")
     assert ended.returncode == 0, ended.describe()
     assert wait_until(lambda: not tree.alive(), 30), "left alive:\n" + tree.describe()
-    assert sorted(decoys.alive()) == sorted(decoys.pids()), (
-        "kill-stale ended processes this deployment does not own:\n"
-        + decoys.describe()
-        + "\n"
-        + ended.describe()
-    )
+
+    # The decoys: no signal from this kill-stale (its remote shell runs under our sshd), and
+    # alive unless another program on this shared machine ended them (its signal is logged).
+    ours = [s for s in decoy.signals() if our_session(s, dep.sshd.pid)]
+    foreign = [s for s in decoy.signals() if not our_session(s, dep.sshd.pid)]
+    shown = f"{decoys.describe()}\nsignals: {json.dumps(decoy.signals(), indent=1)}\n"
+    assert not ours, "kill-stale signalled processes it does not own:\n" + shown + ended.describe()
+    if foreign:
+        print("note: another program signalled the decoys:\n" + shown, file=sys.stderr)
+    else:
+        assert sorted(decoys.alive()) == sorted(decoys.pids()), (
+            "decoys ended without a logged signal:\n" + shown + ended.describe()
+        )
     print(f"kill-stale: {ended.seconds:.1f} s\n{ended.stdout}", file=sys.stderr)
 
     after = dep.fab("status")
