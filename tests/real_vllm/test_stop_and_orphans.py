@@ -145,7 +145,13 @@ def decoy_tree(engine: Engine, tmp_path: Path) -> Iterator[Callable[[], Decoys]]
         assert proc.stdout is not None
         core = int(proc.stdout.readline())
         proc.wait(10)
-        assert wait_until(lambda: len(record_tree(core).members) >= 3, 20)
+        titles = ("VLLM::EngineCore", "VLLM::Worker", "multiprocessing.resource_tracker")
+
+        def complete() -> bool:  # the forked Worker sets its title a moment after the fork
+            tree = record_tree(core)
+            return all(tree.by_title(t) for t in titles)
+
+        assert wait_until(complete, 20), record_tree(core).describe()
         decoys = Decoys(record_tree(core), log)
         started.append(decoys)
         return decoys
