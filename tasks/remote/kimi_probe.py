@@ -2,7 +2,8 @@
 """kimi-ops HTTP probe, run ON the GPU host by verify (stdlib only, uploaded to run_dir).
 
 Checks the server the way a client would, from the host itself so that no firewall in between
-matters: GET /health, GET /v1/models, and one POST /v1/chat/completions with max_tokens=1.
+matters: GET /health, GET /v1/models, and one POST /v1/chat/completions with max_tokens=2
+(a prefill and one decode step).
 The API key is read from the 0600 env file (VLLM_API_KEY), never from the command line.
 Prints one JSON line: {"health", "models_status", "models", "chat_status", "answer", "error"}.
 """
@@ -98,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     body = {
         "model": args.model,
         "messages": [{"role": "user", "content": "Say hello."}],
-        "max_tokens": 1,
+        # Two tokens, EOS ignored: the answer needs one decode step after the prefill. vLLM's
+        # CPU MLA backend without AMX prefills an FP8 KV cache, then dies on the first decode
+        # (`expected scalar type BFloat16 but found Float8_e4m3fn`): one token read as ready.
+        "max_tokens": 2,
+        "ignore_eos": True,
     }
     status, data, err = request(
         f"{base}/v1/chat/completions", key=key, body=body, timeout=args.timeout

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kimi_ops.checkpoint import checkpoint_files
+from tasks.demo import chat_completion
 
 from .harness import (
     FabRun,
@@ -19,6 +18,7 @@ from .harness import (
     free_port,
     kill_pid_tree_started_by_test,
     pid_alive,
+    read_pidfile,
     run_fab,
 )
 
@@ -73,11 +73,7 @@ class Deployment:
         return run
 
     def pidfile_pid(self) -> int | None:
-        try:
-            text = (self.run_dir / "server.pid").read_text().strip()
-        except OSError:
-            return None
-        return int(text) if text.isdigit() else None
+        return read_pidfile(self.run_dir / "server.pid")
 
     def remember_server(self) -> None:
         pid = self.pidfile_pid()
@@ -85,21 +81,7 @@ class Deployment:
             self.started.append(pid)
 
     def chat(self, content: str = "Hello!", api_key: str | None = None) -> dict[str, Any]:
-        body = json.dumps(
-            {
-                "model": "kimi-k2.5",
-                "messages": [{"role": "user", "content": content}],
-                "max_tokens": 16,
-            }
-        ).encode()
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/v1/chat/completions", data=body, headers=headers
-        )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
+        return chat_completion(self.port, "kimi-k2.5", content, max_tokens=16, api_key=api_key)
 
     def log_text(self) -> str:
         try:

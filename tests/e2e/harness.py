@@ -690,6 +690,15 @@ def kill_pid_tree_started_by_test(pid: int, timeout: float = 5.0) -> bool:
     return not any(pid_alive(p) for p in targets)
 
 
+def read_pidfile(path: Path) -> int | None:
+    """The PID a deployment's pidfile names, or None (missing, empty or not a number)."""
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
 def cause_line(output: str) -> str:
     """The one line that says why a fab run failed ("error: ..." or "failed: [host] ...")."""
     lines = [ln for ln in output.splitlines() if ln.startswith(("error: ", "failed: "))]
