@@ -13,7 +13,7 @@ from invoke import Collection
 
 from kimi_ops.defaults import DEFAULTS
 
-from . import cli, demo
+from . import cli, demo, router
 
 ns = Collection()
 for _task in (
@@ -30,6 +30,9 @@ for _task in (
     cli.stop,
     cli.diagnose_task,
     demo.demo,
+    router.router_deploy,
+    router.router_status_task,
+    router.router_stop,
 ):
     ns.add_task(_task)
 ns.configure({"kimi": copy.deepcopy(DEFAULTS)})

@@ -21,6 +21,7 @@ from kimi_ops.diagnose import LogDiagnoser
 from kimi_ops.errors import KimiOpsError
 from kimi_ops.result import format_result, skipped
 
+from . import router as router_tasks
 from . import steps
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
 from .host import is_connection
@@ -169,6 +170,8 @@ def run_on_fleet(
             outcome.report = last.data.get("report")  # preflight's checks and plan
         return outcome
 
+    if step == "deploy" and rolling:  # with kimi.router: drain, replace, ready, confirm UP
+        one = router_tasks.around_rolling(c, ov, one, quiet=as_json)
     outcomes = run_fleet(specs, one, parallel=parallel, fail_fast=fail_fast, rolling=rolling)
     if board is not None:  # the board showed one line per host: now the failures in full
         for rep in reporters:

@@ -24,7 +24,10 @@ from invoke import Context
 from invoke.exceptions import Exit
 
 #: Tasks that run on many hosts at once.
-FLEET_TASKS = frozenset({"deploy", "verify", "status", "stop", "preflight"})
+FLEET_TASKS = frozenset(
+    {"deploy", "verify", "status", "stop", "preflight"}
+    | {"router-deploy", "router-status", "router-stop"}  # the hosts are the router's replicas
+)
 
 
 class FleetExecutor(Executor):
