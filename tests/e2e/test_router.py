@@ -323,3 +323,47 @@ def test_router_redeploy_unchanged_then_seamless_reload(setup: Setup) -> None:
     bad = setup.fab("router-status")
     assert bad.returncode == 1
     assert "error: router-status: profile key kimi.router.port: must be an integer" in bad.stderr
+
+
+def test_failed_replacement_puts_the_old_server_back(setup: Setup) -> None:
+    """A host whose deploy fails (here at preflight, before anything is killed) is set ready
+    again: its old server, still running, goes back into the router; the roll stops there."""
+    _bring_up(setup)
+    a, b = setup.hosts
+    old_a = setup.server_pid(a)
+    setup.config["kimi"]["host_overrides"][a.host]["python"] = "/nonexistent/bin/python3"
+    with ClientLoop(setup.router_port) as loop:
+        time.sleep(0.5)
+        roll = setup.fab("deploy", "--rolling", "1", "--restart")
+        time.sleep(0.5)
+    assert roll.returncode == 1, roll.describe()
+    assert f"router-drain: {a.host} drained" in roll.stdout
+    assert (
+        f"router-ready: {a.host} set ready in the router; its health checks decide" in roll.stdout
+    )
+    assert f"router-drain: {b.host}" not in roll.stdout  # the roll stopped at the failed host
+    assert setup.server_pid(a) == old_a and pid_alive(old_a)
+    stats = setup.stats()
+    assert stats[a.host].state == rt.UP and stats[b.host].state == rt.UP
+    assert loop.failures() == [] and len(loop.results) > 10
+
+
+def test_router_on_an_ssh_host(
+    setup: Setup, make_sshd: Callable[..., SshdHost], tmp_path: Path
+) -> None:
+    """kimi.router.host as an SSH target: HAProxy is deployed, checked and stopped over SSH."""
+    router_host = make_sshd("127.0.0.1")
+    known = write_known_hosts([*setup.hosts, router_host], tmp_path / "known_hosts_all")
+    setup.config["kimi"]["known_hosts"] = str(known)
+    setup.config["kimi"]["router"]["host"] = router_host.target
+    _bring_up(setup)
+    status = setup.fab("router-status")
+    assert status.returncode == 0 and "2/2 replicas UP" in status.stdout, status.describe()
+    assert "Accepted publickey" in router_host.log_text()  # it went over SSH
+    pid = setup.router_pid()
+    assert pid is not None and pid_alive(pid)
+    stop = setup.fab("router-stop")
+    assert stop.returncode == 0 and f"stopped HAProxy PID {pid}" in stop.stdout, stop.describe()
+    assert not pid_alive(pid)
+    status = setup.fab("router-status")
+    assert status.returncode == 1 and "no router running" in status.output
