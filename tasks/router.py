@@ -33,7 +33,7 @@ from kimi_ops import verify as vfy
 from kimi_ops.defaults import ENV_FILE, PROBE_SCRIPT
 from kimi_ops.errors import KimiOpsError, StepFailed
 from kimi_ops.profile import Profile, secret_env_values
-from kimi_ops.result import StepResult, changed, failed, ok
+from kimi_ops.result import StepResult, changed, failed, ok, skipped
 from kimi_ops.script import parse_key_values
 from kimi_ops.shell import quote as q
 
@@ -211,6 +211,13 @@ def deploy_router(
     key = secrets.get("VLLM_API_KEY")
     env = {"VLLM_API_KEY": key} if key else {}
     files.append((env_file_text(env).encode(), rh.path(ENV_FILE), 0o600))
+    if h.dry:
+        return skipped(
+            step,
+            f"dry run: would upload {rh.path(rt.CONFIG_FILE)}, check it with `{s.haproxy} -c`, "
+            "and start or reload HAProxy",
+            lines=tuple(text.splitlines()),
+        )
     h.run(f"mkdir -p -m 700 {q(r)}", step=step, hint="set kimi.router.run_dir to a writable path")
     h.put_files(files, step=step)
     check = h.run(f"cd {q(r)} && {q(s.haproxy)} -c -f {rt.NEXT_CONFIG}", step=step, check=False)

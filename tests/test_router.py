@@ -251,3 +251,49 @@ def test_refuses_to_drain_the_last_replica_up() -> None:
     assert "refused to drain 127.0.0.2" in rt.drain_refusal(one_down, "127.0.0.2")
     assert rt.drain_refusal(one_down, "127.0.0.3") == ""  # DOWN already: draining costs nothing
     assert rt.drain_refusal(one_down, "gpu9") == ""  # not behind the router
+
+
+# --- the steps, against a scripted host -------------------------------------------------------
+
+
+def _router_host(conn: object, *, dry: bool = False) -> object:
+    from tasks.host import Host
+    from tasks.router import RouterHost
+
+    profile = load_profile({"router": {"port": 9000, "run_dir": "/srv/router"}})
+    return RouterHost(Host(conn, profile, dry=dry), profile.router, "/srv/router", profile)  # type: ignore[arg-type]
+
+
+def test_router_deploy_dry_run_changes_nothing() -> None:
+    from tasks.router import deploy_router
+    from tasks.testing import ScriptedConnection
+
+    conn = ScriptedConnection()
+    res = deploy_router(_router_host(conn, dry=True), _replicas(), {})  # type: ignore[arg-type]
+    assert res.status.value == "skipped" and "dry run" in res.message
+    assert "    server gpu1 10.0.0.1:8000" in res.lines
+    assert conn.commands == [] and conn.sftp().files == {}
+
+
+def test_router_stop_never_kills_a_pid_that_is_not_its_haproxy() -> None:
+    """The pidfile names a PID that now belongs to something else: nothing is killed."""
+    from tasks.router import stop_router
+    from tasks.testing import ScriptedConnection
+
+    conn = ScriptedConnection()
+    conn.on(r"router.pid", stdout="pid=4242\nstat=S\nargs=/usr/bin/python3 app.py\nsha=\n")
+    res = stop_router(_router_host(conn), sleep=lambda _: None)  # type: ignore[arg-type]
+    assert res.status.value == "ok" and "no router running" in res.message
+    assert not conn.ran(r"\bkill\b")
+
+
+def test_router_stop_ends_its_own_haproxy_by_pid() -> None:
+    from tasks.router import stop_router
+    from tasks.testing import Reply, ScriptedConnection
+
+    ours = "pid=4242\nstat=Ss\nargs=haproxy -f haproxy.cfg\nsha=ab\n"
+    conn = ScriptedConnection()
+    conn.on(r"router.pid", Reply(ours), Reply("pid=4242\nsha=ab\n"))
+    res = stop_router(_router_host(conn), sleep=lambda _: None)  # type: ignore[arg-type]
+    assert res.status.value == "changed" and "PID 4242 (SIGTERM)" in res.message
+    assert conn.ran(r"^kill -TERM 4242$") and not conn.ran(r"pkill|killall|KILL")
