@@ -170,7 +170,8 @@ def run_on_fleet(
             outcome.report = last.data.get("report")  # preflight's checks and plan
         return outcome
 
-    if step == "deploy" and rolling:  # with kimi.router: drain, replace, ready, confirm UP
+    # With kimi.router: drain each host in the router, replace it, set it ready, confirm UP.
+    if step == "deploy" and rolling and not mine.get("dry"):
         one = router_tasks.around_rolling(c, ov, one, quiet=as_json)
     outcomes = run_fleet(specs, one, parallel=parallel, fail_fast=fail_fast, rolling=rolling)
     if board is not None:  # the board showed one line per host: now the failures in full

@@ -14,12 +14,13 @@ before the next batch; it refuses to drain the last replica that is UP.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -338,14 +339,19 @@ class RollingGate:
         self.lock = threading.Lock()
         self.draining: set[str] = set()
 
-    def _router(self) -> RouterHost:
+    @contextlib.contextmanager
+    def _router(self) -> Iterator[RouterHost]:
         profile = load(self.c, self.ov)
-        return open_router(router_context(self.c, profile.router), profile)
+        ctx = router_context(self.c, profile.router)
+        try:
+            yield open_router(ctx, profile)
+        finally:
+            if is_connection(ctx):
+                ctx.close()  # type: ignore[attr-defined]
 
     def drain(self, name: str, reporter: Reporter) -> None:
         step = "router-drain"
-        with self.lock:
-            rh = self._router()
+        with self.lock, self._router() as rh:
             stats = read_stats(rh, step=step)
             me = next((x for x in stats if x.name == name), None)
             if me is None:
@@ -379,34 +385,35 @@ class RollingGate:
             reporter.result(changed(step, msg))
 
     def ready(self, name: str, reporter: Reporter, *, confirm: bool) -> None:
+        """Set ``name`` ready again; with ``confirm``, wait (bounded) until it is UP."""
         step = "router-ready"
         with self.lock:
             if name not in self.draining:
                 return
-            rh = self._router()
-            set_state(rh, name, "ready", step=step)
-            self.draining.discard(name)
-            if not confirm:
-                reporter.result(
-                    ok(step, f"{name} set ready in the router; its health checks decide")
+            with self._router() as rh:
+                set_state(rh, name, "ready", step=step)
+                self.draining.discard(name)
+                if not confirm:
+                    reporter.result(
+                        ok(step, f"{name} set ready in the router; its health checks decide")
+                    )
+                    return
+                is_up, stats = wait_for(
+                    rh,
+                    lambda st: any(x.name == name and x.state == rt.UP for x in st),
+                    rh.settings.ready_timeout,
+                    step=step,
                 )
-                return
-            is_up, stats = wait_for(
-                rh,
-                lambda st: any(x.name == name and x.state == rt.UP for x in st),
-                rh.settings.ready_timeout,
-                step=step,
+        me = [x.describe() for x in stats if x.name == name]
+        if not is_up:
+            raise StepFailed(
+                step,
+                f"{name} is not UP in the router {rh.settings.ready_timeout:g} s after it was "
+                "set ready: " + "; ".join(me),
+                hint="the server answers on its host, but the router cannot reach it: "
+                "check kimi.router.addresses",
             )
-            me = [x.describe() for x in stats if x.name == name]
-            if not is_up:
-                raise StepFailed(
-                    step,
-                    f"{name} is not UP in the router {rh.settings.ready_timeout:g} s after it "
-                    "was set ready: " + "; ".join(me),
-                    hint="the server answers on its host, but the router cannot reach it: "
-                    "check kimi.router.addresses",
-                )
-            reporter.result(changed(step, f"{name} back in the router and UP", lines=tuple(me)))
+        reporter.result(changed(step, f"{name} back in the router and UP", lines=tuple(me)))
 
     def wrap(self, one: Callable[[Any, Any], HostOutcome]) -> Callable[[Any, Any], HostOutcome]:
         def run(spec: Any, cancel: Any) -> HostOutcome:
@@ -415,6 +422,8 @@ class RollingGate:
             try:
                 self.drain(name, reporter)
             except KimiOpsError as exc:
+                with contextlib.suppress(KimiOpsError):  # drained, then the wait failed
+                    self.ready(name, reporter, confirm=False)
                 return _failed_outcome(spec, reporter, "router-drain", exc)
             outcome = one(spec, cancel)
             try:
@@ -439,6 +448,8 @@ def around_rolling(
     c: Context, ov: dict[str, Any], one: Callable[[Any, Any], HostOutcome], *, quiet: bool
 ) -> Callable[[Any, Any], HostOutcome]:
     """``one`` wrapped by the router gate when a router is configured, else ``one`` itself."""
+    if getattr(getattr(c.config, "run", None), "dry", False):
+        return one  # a dry run changes nothing, in the router either
     try:
         configured = load(c, ov).router.configured
     except KimiOpsError:

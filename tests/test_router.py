@@ -297,3 +297,20 @@ def test_router_stop_ends_its_own_haproxy_by_pid() -> None:
     res = stop_router(_router_host(conn), sleep=lambda _: None)  # type: ignore[arg-type]
     assert res.status.value == "changed" and "PID 4242 (SIGTERM)" in res.message
     assert conn.ran(r"^kill -TERM 4242$") and not conn.ran(r"pkill|killall|KILL")
+
+
+def test_rolling_gate_only_with_a_router_and_never_in_a_dry_run() -> None:
+    from invoke import Config, Context
+
+    from tasks.router import around_rolling
+
+    def one(spec: object, cancel: object) -> object:
+        return spec
+
+    def ctx(kimi: dict, dry: bool = False) -> Context:
+        return Context(config=Config(overrides={"kimi": kimi, "run": {"dry": dry}}))
+
+    assert around_rolling(ctx({}), {}, one, quiet=True) is one  # no router configured
+    assert around_rolling(ctx({"router": {"port": 9000}}, dry=True), {}, one, quiet=True) is one
+    gated = around_rolling(ctx({"router": {"port": 9000}}), {}, one, quiet=True)
+    assert gated is not one and callable(gated)
