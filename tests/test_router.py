@@ -2,8 +2,8 @@
 
 The `show stat` fixtures in tests/fixtures/router/ are real output of HAProxy 2.6.12 (Debian
 bookworm), captured from its admin socket with two replicas behind it: both UP, one killed
-(DOWN, "Connection refused"), one drained while the other was down, and drained while the
-other was UP again.
+(DOWN, "Connection refused"), one drained while the other was down, drained while the
+other was UP again, and drained with one slow request in flight (scur 1) and after it ended.
 """
 
 from __future__ import annotations
@@ -216,6 +216,17 @@ def test_show_stat_drained() -> None:
     assert stats["127.0.0.2"].state == rt.DRAIN and stats["127.0.0.3"].state == rt.DOWN
     stats = {x.name: x for x in rt.parse_show_stat(fixture("show_stat_drain_other_up.csv"))}
     assert stats["127.0.0.2"].state == rt.DRAIN and stats["127.0.0.3"].state == rt.UP
+
+
+def test_show_stat_sessions_of_a_draining_replica() -> None:
+    """Drained while a slow request was in flight (scur 1), then after it ended (scur 0): the
+    rolling deploy waits for the second before it replaces the replica."""
+    busy = {x.name: x for x in rt.parse_show_stat(fixture("show_stat_draining_one_session.csv"))}
+    assert busy["127.0.0.3"].state == rt.DRAIN and busy["127.0.0.3"].sessions == 1
+    assert busy["127.0.0.2"].state == rt.UP and busy["127.0.0.2"].sessions == 0
+    idle = {x.name: x for x in rt.parse_show_stat(fixture("show_stat_drained_idle.csv"))}
+    assert idle["127.0.0.3"].state == rt.DRAIN and idle["127.0.0.3"].sessions == 0
+    assert idle["127.0.0.3"].total >= 1
 
 
 def test_show_stat_other_backend_and_garbage() -> None:
