@@ -25,6 +25,7 @@ from .defaults import ROUTER_DEFAULTS
 from .errors import ProfileError
 from .sections import merged_section
 from .shell import quote as q
+from .verify import probe_address
 
 BALANCES = ("leastconn", "roundrobin", "random", "first")
 BACKEND = "kimi_replicas"
@@ -272,6 +273,13 @@ def start_command(settings: RouterSettings, run_dir: str, old_pid: int | None = 
         f"cd {r} && {{ setsid nohup {argv} >> {LOG_FILE} 2>&1 < /dev/null & "
         f'echo $! > {PIDFILE}.tmp && mv -f {PIDFILE}.tmp {PIDFILE} && echo "pid=$!"; }}'
     )
+
+
+def port_command(settings: RouterSettings) -> str:
+    """Exit 0 when something accepts a TCP connection on the router's port (bash's /dev/tcp,
+    so the router host needs no extra tool); a wildcard bind is tried on loopback."""
+    address = probe_address(settings.bind)
+    return f"timeout 2 bash -c {q(f': < /dev/tcp/{address}/{int(settings.port or 0)}')}"
 
 
 def state_command(run_dir: str) -> str:

@@ -239,7 +239,7 @@ def deploy_router(
     if old_pid is None or old_sha != new_sha:
         h.run(f"mv -f {q(rh.path(rt.NEXT_CONFIG))} {q(rh.path(rt.CONFIG_FILE))}", step=step)
         out = h.run(rt.start_command(s, r, old_pid), step=step)
-        pid = vfy_pid(out.stdout)
+        pid = _launched_pid(out.stdout)
         what = f"reloaded (-sf {old_pid})" if old_pid else "started"
         sleep(0.5)
         now_pid, _ = running_pid(rh, step=step)
@@ -250,8 +250,16 @@ def deploy_router(
                 lines=_log_tail(rh, step),
                 hint=f"see {rh.path(rt.LOG_FILE)} (a port already in use?)",
             )
+        if not _port_answers(rh, step=step, sleep=sleep):
+            return failed(
+                step,
+                f"HAProxy PID {pid} runs, but nothing accepts connections on port {s.port}",
+                lines=_log_tail(rh, step),
+                hint=f"see {rh.path(rt.LOG_FILE)}",
+            )
     else:
         pid = old_pid
+        h.run(f"rm -f {q(rh.path(rt.NEXT_CONFIG))}", step=step)
     all_up, stats = wait_for(
         rh,
         lambda st: len(st) == len(replicas) and all(x.state == rt.UP for x in st),
@@ -279,7 +287,8 @@ def deploy_router(
     summary = f"{len(up)}/{len(replicas)} replicas UP"
     if not all_up:
         summary += f" (the others not UP after {s.ready_timeout:g} s)"
-    return changed(
+    res = ok if what == "unchanged" else changed
+    return res(
         step,
         f"HAProxy PID {pid} {what} on {s.bind}:{s.port}; {summary}; a chat completion through "
         f"the router answered {probe.answer!r}",
@@ -288,7 +297,17 @@ def deploy_router(
     )
 
 
-def vfy_pid(text: str) -> int | None:
+def _port_answers(rh: RouterHost, *, step: str, sleep: Sleep, tries: int = 20) -> bool:
+    """Does the endpoint accept a TCP connection (bounded: ``tries`` x 0.25 s)?"""
+    for _ in range(tries):
+        out = rh.host.run(rt.port_command(rh.settings), step=step, check=False, mutating=False)
+        if out.ok:
+            return True
+        sleep(0.25)
+    return False
+
+
+def _launched_pid(text: str) -> int | None:
     info = parse_key_values(text)
     pid = info.get("pid", "").strip()
     return int(pid) if pid.isdigit() else None

@@ -325,3 +325,14 @@ def test_rolling_gate_only_with_a_router_and_never_in_a_dry_run() -> None:
     assert around_rolling(ctx({"router": {"port": 9000}}, dry=True), {}, one, quiet=True) is one
     gated = around_rolling(ctx({"router": {"port": 9000}}), {}, one, quiet=True)
     assert gated is not one and callable(gated)
+
+
+def test_port_command_sees_a_listener() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        command = rt.port_command(settings(bind="0.0.0.0", port=port))
+        assert "/dev/tcp/127.0.0.1/" in command  # a wildcard bind is tried on loopback
+        assert subprocess.run(["bash", "-c", command], timeout=10).returncode == 0
+    assert subprocess.run(["bash", "-c", command], timeout=10, stderr=subprocess.DEVNULL).returncode
