@@ -30,7 +30,7 @@ WRONG_LABELS = (None, "healthy", "unknown")
 
 
 def _label(output: str) -> str | None:
-    m = re.search(r"^\s*log: (\S+)", output, re.M)
+    m = re.search(r"^\s*log: ([a-z_]+)", output, re.M)
     return m.group(1) if m else None
 
 
@@ -77,7 +77,7 @@ def crash_once(run: lib.Run, host: lib.SshdHost, delay: float) -> dict[str, Any]
                 time.sleep(5.0)
                 r = lib.fab(t, "status", standin=standin)
                 polls += 1
-                if "no server running" in r.stdout:
+                if r.returncode == 5:  # `fab status`: crashed
                     kimi.update(
                         at=time.monotonic(),
                         polls=polls,

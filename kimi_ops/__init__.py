@@ -24,16 +24,17 @@ from .diagnose import LABELS, RULES, STAGES, Diagnosis, LogDiagnoser, Rule, diag
 from .errors import ConfigPatchError, KimiOpsError, ProfileError, RemoteKilled, StepFailed
 from .facts import HostFacts, gather_command, parse_gathered
 from .kvpatch import FilePatch, patch_text, plan_patch, remove_key, unified_diff
-from .preflight import Check, Plan, build_plan, preflight_report, run_checks
+from .preflight import Check, Plan, build_plan, preflight_report, resolve_device, run_checks
 from .procs import (
     LISTING_COMMAND,
     Listing,
     Proc,
     Selection,
-    alive_servers,
+    owned_processes,
+    parse_listing,
     parse_ps,
-    select_server_processes,
     server_args,
+    server_port,
     signal_command,
 )
 from .profile import Profile, StandinSettings, load_profile, secret_env_values
@@ -59,6 +60,7 @@ __all__ = [
     "Check",
     "Plan",
     "run_checks",
+    "resolve_device",
     "build_plan",
     "preflight_report",
     "effective_kv_cache_dtype",
@@ -81,10 +83,11 @@ __all__ = [
     "Listing",
     "Proc",
     "Selection",
+    "parse_listing",
     "parse_ps",
-    "select_server_processes",
-    "alive_servers",
+    "owned_processes",
     "server_args",
+    "server_port",
     "signal_command",
     # shared memory
     "ShmFile",

@@ -22,6 +22,9 @@ STANDIN_DEFAULTS: dict[str, Any] = {
     "crash_after_seconds": None,
     "hang": False,
     "echo_argv": True,
+    # What `kimi.device: auto` resolves to with the stand-in: it emulates GPUs ("cuda"); "cpu"
+    # runs the CPU checks against the host's real CPU facts instead.
+    "device": "cuda",
     # Where the emulated GPUs record who holds them (default: beside the stand-in in run_dir).
     # Point two deployments at one file to make them share the emulated GPUs.
     "state_file": None,
@@ -64,27 +67,55 @@ DEFAULTS: dict[str, Any] = {
     "extra_args": [],
     # Where the script, pidfile and logs live on the host ("~" is the login user's home).
     "run_dir": "~/kimi-ops",
+    # How many launches' logs (logs/<launch id>.log) to keep in run_dir; older ones are deleted
+    # at each launch (the current launch's log and the one before are never deleted).
+    "keep_logs": 10,
     # Seconds verify waits for a ready server, and for a silent log before calling it stalled.
     "startup_timeout": 1800,
     "stall_timeout": 900,
     "poll_interval": 2.0,
+    # `fab logs` shows at most this many characters of a line (the rest is marked as cut).
+    "log_line_limit": 2000,
     # Seconds kill-stale and stop wait between SIGTERM and SIGKILL.
     "grace_seconds": 20.0,
     # Where vLLM's leaked shared memory (psm_*, sem.mp-*) lives; clean-shm looks only here.
     "shm_dir": "/dev/shm",
     # "vllm" runs the real server; "standin" runs kimi_ops/standin.py, which emulates it.
     "engine": "vllm",
+    # What the server runs on: "auto" (CUDA when nvidia-smi answers on the host, else the CPU),
+    # "cuda", or "cpu" (vLLM's CPU build).
+    "device": "auto",
     # "auto" lets the plan decide; True/False force the KV-cache config patch.
     "patch_kv_config": "auto",
+    # None: --max-model-len from extra_args, else the model's own (max_position_embeddings); an
+    # integer; or "auto": vLLM's --max-model-len auto where the version has it, else the largest
+    # length preflight's sizing estimate fits.
+    "max_model_len": None,
     # Secrets: the API key itself, or the name of a local environment variable holding it.
     "api_key": None,
     "api_key_env": None,
     # Local environment variables whose values are passed to the server via the 0600 env file.
     "secret_env": ["HF_TOKEN"],
+    # A kimi.env value whose NAME contains one of these (any case) is a secret: it goes only to
+    # the 0600 env file and is shown as *** everywhere else.
+    "secret_patterns": [
+        "TOKEN",
+        "KEY",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "AUTH",
+        "PRIVATE",
+    ],
     # SSH host-key policy: "reject" unknown/changed keys (default), or "accept-new".
     "host_key_policy": "reject",
     "known_hosts": "~/.ssh/known_hosts",
     "connect_timeout": 10.0,
+    # Seconds any one remote command may take (unless the step sets its own): the host ends it
+    # with coreutils `timeout` (SIGTERM, SIGKILL 5 s later) and the step fails naming it.
+    "command_timeout": 120.0,
     "standin": dict(STANDIN_DEFAULTS),
     # Fleet settings.
     "hosts": [],
@@ -105,6 +136,8 @@ LOCK_FILE = "kimi-ops.lock"
 PROBE_SCRIPT = "kimi_probe.py"
 STANDIN_SCRIPT = "kimi_standin.py"
 STANDIN_CONFIG = "standin.json"
+DIAGNOSE_MODULE = "kimi_diagnose.py"  # kimi_ops/diagnose.py, for `fab diagnose` on the host
+DIAGNOSE_RUNNER = "kimi_diagnose_run.py"
 
 #: Backups of the model's config files written by patch-kv-config.
 BACKUP_SUFFIX = ".kimi-ops.orig"

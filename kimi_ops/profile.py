@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,10 +17,12 @@ from packaging.version import InvalidVersion, Version
 
 from .defaults import DEFAULTS, STANDIN_DEFAULTS
 from .errors import ProfileError
+from .redact import MASK, Masker, flag_secrets, is_secret_name, redact_env
 from .router import RouterSettings, parse_router
 from .sections import merged_section
 
 ENGINES = ("vllm", "standin")
+DEVICES = ("auto", "cuda", "cpu")
 HOST_KEY_POLICIES = ("reject", "accept-new")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Names the launch script cannot export: bash's read-only or special variables, and the
@@ -48,6 +50,48 @@ RESERVED_ENV = frozenset(
 )
 _CC = re.compile(r"^\d+\.\d+$")
 
+#: vLLM flags the profile itself sets on the server's command line: flag -> the profile key to
+#: use instead. Given again in ``extra_args`` they would make the server listen elsewhere, serve
+#: another name or demand a key verify does not know (vLLM's last flag wins), so they are refused.
+PROFILE_FLAGS: dict[str, str] = {
+    "--model": "model",
+    "--served-model-name": "served_model_name",
+    "--host": "host",
+    "--port": "port",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--trust-remote-code": "trust_remote_code",
+    "--no-trust-remote-code": "trust_remote_code",
+    "--api-key": "api_key (or api_key_env)",
+    "--tool-call-parser": "tool_call_parser",
+    "--reasoning-parser": "reasoning_parser",
+}
+
+
+def profile_flag(arg: str) -> str | None:
+    """The :data:`PROFILE_FLAGS` flag ``arg`` spells (``--port``, ``--port=8001``,
+    ``--served_model_name x``: vLLM reads underscores as dashes), or None."""
+    if not arg.startswith("-"):
+        return None
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name if name in PROFILE_FLAGS else None
+
+
+def _extra_args(value: Any) -> tuple[str, ...]:
+    args = _str_list("extra_args", value)
+    for i, arg in enumerate(args):
+        flag = profile_flag(arg)
+        if flag is not None:
+            key = PROFILE_FLAGS[flag]
+            raise ProfileError(
+                f"extra_args[{i}]",
+                f"{flag} is set by the profile: use kimi.{key} instead",  # never the value
+                hint=f"remove {flag} from extra_args and set kimi.{key.split()[0]}",
+            )
+    return args
+
 
 @dataclass(frozen=True)
 class StandinSettings:
@@ -64,6 +108,7 @@ class StandinSettings:
     hang: bool = STANDIN_DEFAULTS["hang"]
     echo_argv: bool = STANDIN_DEFAULTS["echo_argv"]
     state_file: str | None = STANDIN_DEFAULTS["state_file"]
+    device: str = STANDIN_DEFAULTS["device"]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,19 +130,25 @@ class Profile:
     env: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULTS["env"]))
     extra_args: tuple[str, ...] = ()
     run_dir: str = DEFAULTS["run_dir"]
+    keep_logs: int = DEFAULTS["keep_logs"]
     startup_timeout: float = DEFAULTS["startup_timeout"]
     stall_timeout: float = DEFAULTS["stall_timeout"]
     poll_interval: float = DEFAULTS["poll_interval"]
+    log_line_limit: int = DEFAULTS["log_line_limit"]
     grace_seconds: float = DEFAULTS["grace_seconds"]
     shm_dir: str = DEFAULTS["shm_dir"]
     engine: str = DEFAULTS["engine"]
+    device: str = DEFAULTS["device"]
     patch_kv_config: bool | str = DEFAULTS["patch_kv_config"]
+    max_model_len: int | str | None = DEFAULTS["max_model_len"]
     api_key: str | None = None
     api_key_env: str | None = None
     secret_env: tuple[str, ...] = tuple(DEFAULTS["secret_env"])
+    secret_patterns: tuple[str, ...] = tuple(DEFAULTS["secret_patterns"])
     host_key_policy: str = DEFAULTS["host_key_policy"]
     known_hosts: str = DEFAULTS["known_hosts"]
     connect_timeout: float = DEFAULTS["connect_timeout"]
+    command_timeout: float = DEFAULTS["command_timeout"]
     standin: StandinSettings = field(default_factory=StandinSettings)
     hosts: tuple[str, ...] = ()
     host_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -108,18 +159,67 @@ class Profile:
     def is_standin(self) -> bool:
         return self.engine == "standin"
 
+    def is_secret(self, name: str) -> bool:
+        """Is the env variable ``name`` a secret (its name matches ``secret_patterns``)?"""
+        return is_secret_name(name, self.secret_patterns)
+
+    def to_public_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` with every secret shown as ``***`` (safe to print)."""
+        out = self.to_dict()
+        out["env"] = redact_env(self.env, self.secret_patterns)
+        if self.api_key is not None:
+            out["api_key"] = MASK
+        masker = Masker(flag_secrets(self.extra_args))
+        out["extra_args"] = [masker(a) for a in self.extra_args]
+        out["host_overrides"] = {
+            k: {
+                **dict(v),
+                **(
+                    {"env": redact_env(v["env"], self.secret_patterns)}
+                    if isinstance(v.get("env"), Mapping)
+                    else {}
+                ),
+                **({"api_key": MASK} if v.get("api_key") is not None else {}),
+            }
+            for k, v in self.host_overrides.items()
+        }
+        return out
+
+    def __repr__(self) -> str:  # never print a secret, even in a traceback or a debugger
+        return f"Profile({self.to_public_dict()!r})"
+
     def with_run_dir(self, run_dir: str) -> Profile:
         """The same profile with ``run_dir`` resolved (e.g. ``~`` expanded on the host)."""
         return _replace(self, run_dir=run_dir)
 
-    def for_host(self, host: str) -> Profile:
-        """The profile with ``host_overrides[host]`` applied (fleet deploys)."""
-        over = self.host_overrides.get(host)
-        if not over:
+    def for_host(self, names: str | Sequence[str]) -> Profile:
+        """The profile with every ``host_overrides`` entry whose key is one of ``names`` applied,
+        in the order given (see :func:`host_keys`: the most specific key wins)."""
+        wanted = [names] if isinstance(names, str) else list(names)
+        overs = [self.host_overrides[n] for n in dict.fromkeys(wanted) if n in self.host_overrides]
+        if not overs:
             return self
         merged = self.to_dict()
-        merged = merge(merged, dict(over))
+        for over in overs:
+            merged = merge(merged, dict(over))
         return load_profile(merged)
+
+    def check_override_keys(self, run_hosts: Sequence[Sequence[str]]) -> None:
+        """Every ``host_overrides`` key must name a host of this run (any of its
+        :func:`host_keys`) or one listed in ``kimi.hosts``; raises ProfileError naming the first
+        that does not (a typo there would otherwise be ignored silently)."""
+        known = {n for names in run_hosts for n in names}
+        for entry in self.hosts:
+            known |= set(host_keys(*split_host(entry)))
+        for key in self.host_overrides:
+            if key not in known:
+                typed = sorted({names[-1] for names in run_hosts if names} | set(self.hosts))
+                raise ProfileError(
+                    f"host_overrides.{key}",
+                    "matches no host of this run" + (f" ({', '.join(typed)})" if typed else ""),
+                    hint="a key is the host as you typed it (an ssh-config alias, host, "
+                    "host:port, user@host or user@host:port) or its resolved hostname",
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """A plain, JSON-serialisable mapping of every key (secrets included: do not print it)."""
@@ -127,10 +227,37 @@ class Profile:
         out["env"] = dict(self.env)
         out["extra_args"] = list(self.extra_args)
         out["secret_env"] = list(self.secret_env)
+        out["secret_patterns"] = list(self.secret_patterns)
         out["hosts"] = list(self.hosts)
         out["host_overrides"] = {k: dict(v) for k, v in self.host_overrides.items()}
         out["router"] = {**asdict(self.router), "addresses": dict(self.router.addresses)}
         return out
+
+
+def split_host(text: str) -> tuple[str | None, str, int | None]:
+    """``user@host:port`` (user and port optional) as (user, host, port)."""
+    user, _, rest = text.rpartition("@")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        host, port = rest, ""
+    return (user or None), host, (int(port) if port else None)
+
+
+def host_keys(
+    user: str | None, typed: str, port: int | None = None, resolved: str | None = None
+) -> list[str]:
+    """The ``host_overrides`` keys that name one host, least specific first: the host (as typed:
+    an ssh-config alias or an address; then the hostname it resolves to), ``host:port``,
+    ``user@host``, ``user@host:port``."""
+    hosts = list(dict.fromkeys(h for h in (resolved, typed) if h))
+    keys = list(hosts)
+    if port is not None:
+        keys += [f"{h}:{port}" for h in hosts]
+    if user:
+        keys += [f"{user}@{h}" for h in hosts]
+        if port is not None:
+            keys += [f"{user}@{h}:{port}" for h in hosts]
+    return keys
 
 
 def _replace(profile: Profile, **changes: Any) -> Profile:
@@ -248,6 +375,8 @@ def _standin(value: Any) -> StandinSettings:
     if not _is_int(memory) or memory <= 0:
         raise ProfileError("standin.memory_mib", f"must be a positive integer, got {memory!r}")
     crash = data["crash_after_seconds"]
+    if data["device"] not in ("cuda", "cpu"):
+        raise ProfileError("standin.device", f"must be cuda or cpu, got {data['device']!r}")
     return StandinSettings(
         gpu=_str("standin.gpu", data["gpu"]) or "",
         gpu_count=count,
@@ -262,7 +391,25 @@ def _standin(value: Any) -> StandinSettings:
         hang=_bool("standin.hang", data["hang"]),
         echo_argv=_bool("standin.echo_argv", data["echo_argv"]),
         state_file=_str("standin.state_file", data["state_file"], optional=True),
+        device=data["device"],
     )
+
+
+def _max_model_len(value: Any, extra_args: Any) -> int | str | None:
+    """``max_model_len``: None, a positive integer or ``"auto"``; not together with a
+    ``--max-model-len`` in extra_args (two sources for one flag)."""
+    if value is None:
+        return None
+    if value != "auto" and (not _is_int(value) or value < 1):
+        raise ProfileError("max_model_len", f"must be a positive integer or auto, got {value!r}")
+    args = extra_args if isinstance(extra_args, (list, tuple)) else []
+    if any(str(a) == "--max-model-len" or str(a).startswith("--max-model-len=") for a in args):
+        raise ProfileError(
+            "max_model_len",
+            "conflicts with --max-model-len in extra_args",
+            hint="set the length in one place: kimi.max_model_len or extra_args",
+        )
+    return value
 
 
 def load_profile(
@@ -296,9 +443,13 @@ def load_profile(
     engine = data["engine"]
     if engine not in ENGINES:
         raise ProfileError("engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    device = data["device"]
+    if device not in DEVICES:
+        raise ProfileError("device", f"must be one of {', '.join(DEVICES)}, got {device!r}")
     patch = data["patch_kv_config"]
     if patch not in (True, False, "auto"):
         raise ProfileError("patch_kv_config", f"must be auto, true or false, got {patch!r}")
+    max_model_len = _max_model_len(data["max_model_len"], data["extra_args"])
     policy = data["host_key_policy"]
     if policy not in HOST_KEY_POLICIES:
         raise ProfileError(
@@ -311,6 +462,15 @@ def load_profile(
     for name in secret_env:
         if not _ENV_NAME.match(name):
             raise ProfileError("secret_env", f"is not an environment variable name: {name!r}")
+    secret_patterns = _str_list("secret_patterns", data["secret_patterns"])
+    if any(not p.strip() for p in secret_patterns):
+        raise ProfileError("secret_patterns", "must not contain an empty pattern")
+    line_limit = data["log_line_limit"]
+    if not _is_int(line_limit) or line_limit < 1:
+        raise ProfileError("log_line_limit", f"must be a positive integer, got {line_limit!r}")
+    keep_logs = data["keep_logs"]
+    if not _is_int(keep_logs) or keep_logs < 1:
+        raise ProfileError("keep_logs", f"must be a positive integer, got {keep_logs!r}")
     parallel = data["parallel"]
     if not _is_int(parallel) or parallel < 1:
         raise ProfileError("parallel", f"must be a positive integer, got {parallel!r}")
@@ -335,21 +495,27 @@ def load_profile(
         reasoning_parser=_str("reasoning_parser", data["reasoning_parser"], optional=True),
         trust_remote_code=_bool("trust_remote_code", data["trust_remote_code"]),
         env=_env("env", data["env"]),
-        extra_args=_str_list("extra_args", data["extra_args"]),
+        extra_args=_extra_args(data["extra_args"]),
         run_dir=_str("run_dir", data["run_dir"]) or "",
+        keep_logs=keep_logs,
         startup_timeout=_num("startup_timeout", data["startup_timeout"]),
         stall_timeout=_num("stall_timeout", data["stall_timeout"]),
         poll_interval=_num("poll_interval", data["poll_interval"]),
+        log_line_limit=line_limit,
         grace_seconds=_num("grace_seconds", data["grace_seconds"], allow_zero=True),
         shm_dir=_abs_path("shm_dir", data["shm_dir"]),
         engine=engine,
+        device=device,
         patch_kv_config=patch,
+        max_model_len=max_model_len,
         api_key=_str("api_key", data["api_key"], optional=True),
         api_key_env=api_key_env,
         secret_env=secret_env,
+        secret_patterns=secret_patterns,
         host_key_policy=policy,
         known_hosts=_str("known_hosts", data["known_hosts"]) or "",
         connect_timeout=_num("connect_timeout", data["connect_timeout"]),
+        command_timeout=_num("command_timeout", data["command_timeout"]),
         standin=_standin(data["standin"]),
         hosts=_str_list("hosts", data["hosts"]),
         host_overrides={str(k): dict(v) for k, v in overrides_map.items()},
@@ -361,11 +527,12 @@ def load_profile(
 def secret_env_values(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:
     """The secrets the server gets through its 0600 env file (never its command line).
 
-    ``VLLM_API_KEY`` from ``api_key`` or the local variable ``api_key_env`` names, and each
-    variable in ``secret_env`` (e.g. HF_TOKEN) that is set locally. ``environ`` is the local
-    environment, passed in (this module does no I/O).
+    ``VLLM_API_KEY`` from ``api_key`` or the local variable ``api_key_env`` names, each
+    variable in ``secret_env`` (e.g. HF_TOKEN) that is set locally, and each ``kimi.env`` value
+    whose name looks secret (``secret_patterns``; the launch script leaves those out).
+    ``environ`` is the local environment, passed in (this module does no I/O).
     """
-    out: dict[str, str] = {}
+    out: dict[str, str] = {k: v for k, v in profile.env.items() if profile.is_secret(k)}
     key = profile.api_key
     if key is None and profile.api_key_env:
         key = environ.get(profile.api_key_env)

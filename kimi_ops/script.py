@@ -1,8 +1,10 @@
 """The launch script and the commands that start it, rendered from a Profile (pure).
 
 The script is bash with ``set -euo pipefail``; every value is quoted with :func:`shlex.quote`; it
-exports the environment, loads the secrets file if present, records the launch id, writes its own
-PID to the pidfile and then ``exec``\\ s the server, so the pidfile names the server itself. It
+exports the environment, loads the secrets file if present, exports ``KIMI_OPS_RUN_DIR`` and
+``KIMI_OPS_LAUNCH_ID`` (which every process of the server's tree inherits: that is how kill-stale
+knows what is this deployment's), records the launch id, writes its own PID to the pidfile and then
+``exec``\\ s the server, so the pidfile names the server itself. It
 is uploaded, never sent inline: no multi-line command goes over SSH.
 """
 
@@ -24,6 +26,7 @@ from .defaults import (
     STANDIN_CONFIG,
     STANDIN_SCRIPT,
 )
+from .procs import LAUNCH_ID_VAR, RUN_DIR_VAR
 from .profile import Profile
 from .shell import quote
 
@@ -97,7 +100,11 @@ def render_launch_script(
     run_dir = profile.run_dir.rstrip("/") or "/"
     if not run_dir.startswith("/"):
         raise ValueError(f"run_dir must be absolute here, got {profile.run_dir!r}")
-    environment = dict(profile.env if env is None else env)
+    # Secret-named values (``secret_patterns``) are not written here: the env file sourced
+    # below (mode 0600) carries them.
+    environment = {
+        k: v for k, v in (profile.env if env is None else env).items() if not profile.is_secret(k)
+    }
     if profile.is_standin:
         environment.setdefault("KIMI_STANDIN_CONFIG", f"{run_dir}/{STANDIN_CONFIG}")
     argv = engine_command(profile, extra_args)
@@ -122,6 +129,8 @@ def render_launch_script(
         '  echo "kimi-ops: the profile\'s python is not an executable file: $kimi_ops_server" >&2',
         "  exit 127",
         "fi",
+        # Ownership: every process of the tree inherits these (kimi_ops.procs.owned_processes).
+        f'export {RUN_DIR_VAR}="$kimi_ops_run_dir" {LAUNCH_ID_VAR}="$kimi_ops_launch_id"',
         f"printf '%s\\n' \"$kimi_ops_launch_id\" > {LAUNCH_ID_FILE}.tmp",
         f"mv -f {LAUNCH_ID_FILE}.tmp {LAUNCH_ID_FILE}",
         f"printf '%s\\n' \"$$\" > {PIDFILE}.tmp && mv -f {PIDFILE}.tmp {PIDFILE}",
@@ -157,20 +166,41 @@ def new_launch_id(timestamp: str, suffix: str) -> str:
     return lid
 
 
-def launch_command(run_dir: str, launch_id: str) -> str:
+def rotate_logs_command(launch_id: str, keep: int) -> str:
+    """Delete the logs (and digests) of all but the newest ``keep`` launches in ``logs/``, run
+    in run_dir before ``current.log`` is re-linked: this launch and the one ``current.log``
+    still names are never deleted. Launch ids start with a UTC timestamp, so their names sort
+    by age; files kimi-ops did not name that way are left alone."""
+    if not _LAUNCH_ID.match(launch_id):
+        raise ValueError(f"bad launch id {launch_id!r}")
+    older = max(0, int(keep) - 1)  # this launch is one of the ``keep``
+    return (
+        f'{{ prev=$(basename "$(readlink {CURRENT_LOG} 2>/dev/null)" .log); '
+        f"ls -1 {LOG_DIR} 2>/dev/null "
+        "| sed -n 's/^\\([0-9]\\{8\\}T[0-9]\\{6\\}-[A-Za-z0-9]*\\)\\.log$/\\1/p' "
+        f"| grep -vxF -e {sq(launch_id)} | sort -r | tail -n +{older + 1} "
+        '| while read -r old; do [ "$old" = "$prev" ] || '
+        f'rm -f -- "{LOG_DIR}/$old.log" "{LOG_DIR}/$old.sha256"; done; '
+        "true; }"
+    )
+
+
+def launch_command(run_dir: str, launch_id: str, keep_logs: int | None = None) -> str:
     """One line that starts the script detached and prints ``pid=N``.
 
     ``setsid`` puts the server in its own session (so it outlives SSH; its PID is also its
     process group), ``nohup`` ignores SIGHUP, stdin is /dev/null, stdout and stderr go to the
-    per-launch log, which ``current.log`` links to.
+    per-launch log, which ``current.log`` links to. With ``keep_logs``, older launches' logs
+    beyond that many are deleted first (:func:`rotate_logs_command`).
     """
     if not _LAUNCH_ID.match(launch_id):
         raise ValueError(f"bad launch id {launch_id!r}")
     r = sq(run_dir.rstrip("/") or "/")
     log = f"{LOG_DIR}/{launch_id}.log"
+    rotate = f"{rotate_logs_command(launch_id, keep_logs)} && " if keep_logs else ""
     return (
         f"cd {r} && {{ test -x {LAUNCH_SCRIPT} || {{ echo @@no-script; exit 3; }}; }} && "
-        f"mkdir -p {LOG_DIR} && : > {log} && ln -sfn {log} {CURRENT_LOG} && "
+        f"mkdir -p {LOG_DIR} && {rotate}: > {log} && ln -sfn {log} {CURRENT_LOG} && "
         f"{{ cat {' '.join(DIGEST_FILES)} 2>/dev/null; true; }} | sha256sum > "
         f"{LOG_DIR}/{launch_id}.sha256 && "
         f"{{ setsid nohup bash {r}/{LAUNCH_SCRIPT} {launch_id} >> {log} 2>&1 < /dev/null & "

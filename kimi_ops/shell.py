@@ -31,3 +31,24 @@ def one_line(command: str) -> str:
     if f"${NL_VAR}" in command and not command.startswith(NL_PRELUDE):
         return NL_PRELUDE + command
     return command
+
+
+#: Seconds between the SIGTERM coreutils ``timeout`` sends and its SIGKILL.
+KILL_AFTER = 5
+
+
+def with_timeout(command: str, seconds: float) -> str:
+    """``command`` run by ``bash -c`` under coreutils ``timeout``: after ``seconds`` the host
+    itself ends it (SIGTERM to its process group, SIGKILL :data:`KILL_AFTER` s later), so a
+    command blocked on a read (a FIFO, a hung NFS mount) does not outlive the step. Exit status
+    124 (or 137 after the SIGKILL) says it was ended. A server started inside with ``setsid`` is
+    in its own process group and is not touched."""
+    return f"timeout -k {KILL_AFTER} {seconds:g} bash -c {quote(command)}"
+
+
+def without_timeout(command: str) -> str:
+    """The command :func:`with_timeout` wrapped (unchanged if it is not wrapped)."""
+    if not command.startswith("timeout -k "):
+        return command
+    parts = shlex.split(command)
+    return parts[6] if len(parts) == 7 and parts[4:6] == ["bash", "-c"] else command

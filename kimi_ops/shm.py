@@ -1,27 +1,71 @@
-"""Stale shared memory left by a crashed or SIGKILLed vLLM: which files, and whether it is safe.
+"""Stale shared memory left by a crashed or SIGKILLed vLLM: which files, decided file by file.
 
 vLLM's shm_broadcast ring buffers are ``/dev/shm/psm_*`` (about 100 MiB each) and Python's
 multiprocessing semaphores are ``/dev/shm/sem.mp-*``. They leak on a crash and fill /dev/shm,
-after which NCCL fails. They are removed only while no vLLM server is alive.
+after which NCCL fails.
+
+A file is removed only when no live process uses it: none maps it (``/proc/PID/maps``) and none
+holds it open (``/proc/PID/fd``). Another deployment's live server keeps its own files, and this
+deployment's leaked files are still removed. A file younger than ``min_age`` seconds is kept (a
+starting server may have created it and not mapped it yet). When the maps or fds of some process
+cannot be read (another user's process, without root), each file it could have opened (its uid
+owns the file, it is root, or the file's mode lets group/others in) is possibly in use: kept, and
+the report says so. PID 1 (the init system, whose maps a sandbox can hide even from root) is the
+one process not counted.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 SHM_DIR = "/dev/shm"
+#: Files younger than this (seconds) are kept: a starting server may not have mapped them yet.
+MIN_AGE_SECONDS = 10.0
+#: The init system: never a vLLM process. Its maps can be unreadable even to root (a sandbox or
+#: container runtime's init with capabilities root lacks), which must not block every cleanup.
+INIT_PID = 1
 _NAME = re.compile(r"^(psm_|sem\.mp-)[^/\s]+$")
+_FILE = re.compile(r"^F\t(\d+)\t([0-9.]+)\t(\d+)\t([0-7]+)\t(.*)$")
+_MAPS = re.compile(r"^/proc/(\d+)/maps:\S+ \S+ \S+ \S+ \S+\s+(.*)$")
+_UNREADABLE = re.compile(r"^U (\d+) (\d+)$")
+_FD = re.compile(r"^D\t/proc/(\d+)/fd\t(.*)$")
 
 
 def list_command(shm_dir: str = SHM_DIR) -> str:
-    """Lists candidates in ``shm_dir`` as ``size<TAB>path`` lines."""
+    """Lists candidates in ``shm_dir`` as ``size<TAB>path`` lines (no usage; see usage_command)."""
     return (
         f"find {shlex.quote(shm_dir)} -maxdepth 1 -type f \\( -name 'psm_*' -o -name 'sem.mp-*' "
         "\\) -printf '%s\\t%p\\n'"
     )
+
+
+def usage_command(shm_dir: str = SHM_DIR) -> str:
+    """One line: the candidate files (size, mtime) and, for every process, which of them it maps
+    or holds open, plus the processes whose maps cannot be read. Needs bash, grep, find, date.
+
+    Output: ``dir=RESOLVED``, ``now=EPOCH``, ``F<TAB>size<TAB>mtime<TAB>path`` per file, ``U PID``
+    per process whose maps cannot be opened, grep's ``/proc/PID/maps:<maps line>`` per mapping,
+    and ``D<TAB>/proc/PID/fd<TAB>target`` per open descriptor.
+    """
+    d = shlex.quote(shm_dir)
+    script = (
+        "export LC_ALL=C; "
+        f'd=$(cd {d} 2>/dev/null && pwd -P) || {{ echo "nodir"; exit 0; }}; '
+        'echo "dir=$d"; echo "now=$(date +%s)"; '
+        "find \"$d\" -maxdepth 1 -type f \\( -name 'psm_*' -o -name 'sem.mp-*' \\) "
+        "-printf 'F\\t%s\\t%T@\\t%U\\t%m\\t%p\\n' 2>/dev/null; "
+        'for m in /proc/[0-9]*/maps; do { :; } 2>/dev/null < "$m" && continue; '
+        'p=${m%/maps}; u=; while read -r k r e x; do [ "$k" = Uid: ] && u=$e && break; '
+        'done 2>/dev/null < "$p/status"; [ -n "$u" ] && echo "U ${p#/proc/} $u"; done; '
+        'grep -s -H -F -e "$d/psm_" -e "$d/sem.mp-" /proc/[0-9]*/maps; '
+        "find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 "
+        '\\( -lname "$d/psm_*" -o -lname "$d/sem.mp-*" \\) '
+        "-printf 'D\\t%h\\t%l\\n' 2>/dev/null; true"
+    )
+    return "bash -c " + shlex.quote(script)
 
 
 def _safe(path: str, shm_dir: str) -> bool:
@@ -33,18 +77,44 @@ def _safe(path: str, shm_dir: str) -> bool:
 class ShmFile:
     path: str
     size: int
+    mtime: float | None = None
+    uid: int | None = None
+    mode: int | None = None
+
+    def openable_by(self, euid: int | None) -> bool:
+        """Could a process with this effective uid have opened the file? (Unknown: yes.)"""
+        if euid is None or self.uid is None or self.mode is None:
+            return True
+        return euid in (0, self.uid) or bool(self.mode & 0o066)
+
+
+@dataclass(frozen=True)
+class ShmUsage:
+    """What :func:`usage_command` found: the files, who uses each, whose maps are unreadable."""
+
+    files: tuple[ShmFile, ...]
+    users: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    #: PID -> effective uid of each process whose maps could not be opened.
+    unreadable: Mapping[int, int] = field(default_factory=dict)
+    now: float | None = None
+    directory: str | None = None
 
 
 @dataclass(frozen=True)
 class ShmPlan:
-    """Either the files to remove (and their bytes), or why nothing may be removed."""
+    """The files to remove (and their bytes), and the files kept, each with why."""
 
     files: tuple[ShmFile, ...]
-    refused: str | None = None
+    kept: tuple[tuple[ShmFile, str], ...] = ()
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+    @property
+    def undecided(self) -> tuple[ShmFile, ...]:
+        """Files kept only because some process's maps could not be read."""
+        return tuple(f for f, why in self.kept if why.startswith("possibly in use"))
 
 
 def parse_shm_listing(text: str, shm_dir: str = SHM_DIR) -> list[ShmFile]:
@@ -57,12 +127,66 @@ def parse_shm_listing(text: str, shm_dir: str = SHM_DIR) -> list[ShmFile]:
     return out
 
 
-def plan_shm_cleanup(files: Sequence[ShmFile], live_server_pids: Sequence[int]) -> ShmPlan:
-    """Remove every listed file, unless a vLLM server is alive (then refuse, naming the PIDs)."""
-    if live_server_pids:
-        pids = ", ".join(str(p) for p in live_server_pids)
-        return ShmPlan((), refused=f"a vLLM server process is alive (PID {pids})")
-    return ShmPlan(tuple(files))
+def parse_usage(text: str, shm_dir: str = SHM_DIR) -> ShmUsage:
+    """Parse :func:`usage_command` output. Paths are reported under ``shm_dir`` as given (the
+    host resolves symlinks to match the kernel's paths in maps and fd links)."""
+    given = shm_dir.rstrip("/") or "/"
+    resolved = given
+    now: float | None = None
+    files: list[ShmFile] = []
+    users: dict[str, set[int]] = {}
+    unreadable: dict[int, int] = {}
+    by_name: dict[str, str] = {}
+    for line in text.split("\n"):
+        if line.startswith("dir="):
+            resolved = line[4:].rstrip("/") or "/"
+        elif line.startswith("now=") and line[4:].strip().isdigit():
+            now = float(line[4:])
+        elif m := _FILE.match(line):
+            size, mtime, uid, mode, full = m.groups()
+            head, _, name = full.rpartition("/")
+            path = f"{given}/{name}"
+            if head == resolved and _safe(path, given):
+                files.append(ShmFile(path, int(size), float(mtime), int(uid), int(mode, 8)))
+                by_name[name] = path
+        elif u := _UNREADABLE.match(line):
+            unreadable[int(u.group(1))] = int(u.group(2))
+    for line in text.split("\n"):
+        m = _MAPS.match(line) or _FD.match(line)
+        if not m:
+            continue
+        head, _, name = m.group(2).rpartition("/")
+        if head == resolved and name in by_name:
+            users.setdefault(by_name[name], set()).add(int(m.group(1)))
+    return ShmUsage(
+        tuple(files),
+        {k: frozenset(v) for k, v in users.items()},
+        unreadable,
+        now,
+        resolved,
+    )
+
+
+def plan_shm_cleanup(usage: ShmUsage, min_age: float = MIN_AGE_SECONDS) -> ShmPlan:
+    """Per file: remove it when no live process maps it or holds it open and it is old enough."""
+    remove: list[ShmFile] = []
+    kept: list[tuple[ShmFile, str]] = []
+    for f in usage.files:
+        pids = sorted(usage.users.get(f.path, ()))
+        age = None if usage.now is None or f.mtime is None else usage.now - f.mtime
+        if pids:
+            kept.append((f, "in use by PID " + ", ".join(str(p) for p in pids)))
+        elif age is None or age < min_age:
+            shown = "unknown" if age is None else f"{max(age, 0):.0f} s"
+            kept.append((f, f"too young ({shown} old, < {min_age:g} s): a starting server"))
+        elif blind := [
+            p for p, uid in sorted(usage.unreadable.items()) if p != INIT_PID and f.openable_by(uid)
+        ]:
+            few = ", ".join(str(p) for p in blind[:5]) + ("..." if len(blind) > 5 else "")
+            kept.append((f, f"possibly in use: the maps of PID {few} cannot be read (run as root)"))
+        else:
+            remove.append(f)
+    return ShmPlan(tuple(remove), tuple(kept))
 
 
 def remove_commands(

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import json
 import math
+import mmap
 import os
 import random
 import re
@@ -408,7 +409,10 @@ class VllmArgumentParser(argparse.ArgumentParser):
 
 
 def _model_len(text: str) -> int:
-    """vLLM accepts human-readable lengths: 131072, 128k (x1000), 128K (x1024), 1m, 1M."""
+    """vLLM accepts human-readable lengths: 131072, 128k (x1000), 128K (x1024), 1m, 1M; and
+    ``auto`` / ``-1`` (vllm#29431: fit the length to the KV cache), returned as -1."""
+    if text.strip().lower() in ("auto", "-1"):
+        return -1
     m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*$", text)
     if not m:
         raise argparse.ArgumentTypeError(f"invalid length: {text!r}")
@@ -762,6 +766,11 @@ def gpu_usage(cfg: dict[str, Any]) -> dict[int, list[tuple[int, str, int]]]:
 # ------------------------------------------------------------------------------------------
 
 
+#: Like vLLM, the stand-in keeps its shm files mapped while it runs (forked children inherit the
+#: mappings): clean-shm decides per file from /proc/PID/maps, so a live server's files must show.
+_SHM_MAPS: list[mmap.mmap] = []
+
+
 def create_shm_files(shm_dir: str, queues: int, api: Role) -> list[str]:
     made: list[str] = []
     alphabet = string.ascii_lowercase + string.digits + "_"
@@ -776,6 +785,7 @@ def create_shm_files(shm_dir: str, queues: int, api: Role) -> list[str]:
                 made.append(path)
                 try:
                     os.ftruncate(fd, size)
+                    _SHM_MAPS.append(mmap.mmap(fd, size))
                 finally:
                     os.close(fd)
     except OSError as exc:
@@ -835,7 +845,8 @@ class Plan:
         self.world = self.tp * max(1, int(args.pipeline_parallel_size))
         self.gpus = visible_gpus(cfg)[: self.world]
         self.served: list[str] = list(args.served_model_name or [args.model])
-        self.max_len = int(args.max_model_len or model.max_pos)
+        self.auto_len = args.max_model_len == -1
+        self.max_len = model.max_pos if self.auto_len else int(args.max_model_len or model.max_pos)
         self.util = float(args.gpu_memory_utilization)
         kv_arg = args.kv_cache_dtype or "auto"
         if kv_arg == "auto":  # "auto" takes the checkpoint's value (FP8 -> fp8_e4m3)
@@ -890,7 +901,7 @@ def check_max_len(cfg: dict[str, Any], args: Any, model: ModelInfo, api: Role) -
     """vLLM refuses --max-model-len above max_position_embeddings unless
     VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."""
     want = args.max_model_len
-    if not want or want <= model.max_pos:
+    if not want or want == -1 or want <= model.max_pos:
         return None
     if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1":
         api.warning(
@@ -1873,6 +1884,12 @@ S/torch/_ops.py:1243 in __call__
             )
         per_token = self.kv_bytes_per_token()
         tokens = int(avail * GIB // per_token) // 16 * 16
+        if plan.auto_len and 0 < tokens < plan.max_len:
+            plan.max_len = tokens
+            self.role.info(
+                "kv_cache_utils.py:1290",
+                f"Auto-fit max_model_len: reduced to {tokens} to fit in available memory",
+            )
         if tokens < plan.max_len:
             self.fail_engine(
                 engine + tb(KV_CHECK.format(line=734)),

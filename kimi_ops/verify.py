@@ -7,12 +7,16 @@ list, one chat completion with max_tokens=1). Ready means the completion answere
 
 from __future__ import annotations
 
+import base64
+import binascii
+import codecs
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .defaults import CURRENT_LOG, PIDFILE
+from .defaults import CURRENT_LOG, LAUNCH_ID_FILE, PIDFILE
 from .diagnose import Diagnosis, LogDiagnoser
+from .hoststate import STOP_MARKER, parse_stop_marker, stopped_by
 from .procs import is_vllm_title, server_args
 from .shell import quote as q
 
@@ -23,20 +27,30 @@ CRASH_EXIT_GRACE = 10.0
 
 
 def poll_command(run_dir: str, offset: int, max_bytes: int = MAX_POLL_BYTES) -> str:
-    """One line: the pidfile's PID and its command line, the log size, then the new log bytes."""
+    """One line: the pidfile's PID and its command line, the current launch id and the stop
+    marker, the log size, then the new log bytes in base64 (a read may end inside a UTF-8
+    character: the bytes arrive as they are, and the caller's incremental decoder joins the
+    character with the next poll's bytes)."""
     r = q(run_dir.rstrip("/") or "/")
     log = f"{r}/{CURRENT_LOG}"
     off = int(offset)
     return (
         f'pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); echo "pid=$pid"; '
+        f'echo "launch_id=$(cat {r}/{LAUNCH_ID_FILE} 2>/dev/null)"; '
+        f'echo "stop=$(head -n 1 {r}/{STOP_MARKER} 2>/dev/null)"; '
         'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
         'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
         f"if [ -e {log} ]; then s=$(stat -L -c %s {log}); else s=-1; fi; "
         f"n=$((s-{off})); if [ $n -gt {int(max_bytes)} ]; then n={int(max_bytes)}; fi; "
         "if [ $n -lt 0 ]; then n=0; fi; "
         'echo "size=$s"; echo "read=$n"; echo @@log; '
-        f'if [ "$n" -gt 0 ]; then tail -c +{off + 1} {log} | head -c "$n"; fi'
+        f'if [ "$n" -gt 0 ]; then tail -c +{off + 1} {log} | head -c "$n" | base64 -w0; fi'
     )
+
+
+def log_decoder() -> codecs.IncrementalDecoder:
+    """The decoder for one log read in pieces (UTF-8; invalid bytes become U+FFFD)."""
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
 
 
 @dataclass(frozen=True)
@@ -48,20 +62,29 @@ class PollFacts:
     log_size: int  # -1 when the log does not exist
     read: int  # bytes of log returned
     chunk: str
+    launch_id: str = ""  # run_dir's current launch id ("" when none)
+    stop: str = ""  # the stop marker's line ("" when none)
 
     @property
     def log_exists(self) -> bool:
         return self.log_size >= 0
 
 
-def parse_poll(text: str) -> PollFacts:
-    head, sep, chunk = text.partition("@@log\n")
+def parse_poll(text: str, decoder: codecs.IncrementalDecoder | None = None) -> PollFacts:
+    """What a :func:`poll_command` printed. Pass the same ``decoder`` (:func:`log_decoder`) for
+    every poll of one log, so a character split between two polls is decoded whole."""
+    head, sep, encoded = text.partition("@@log\n")
     if not sep:
-        head, chunk = text, ""
+        head, encoded = text, ""
+    try:
+        data = base64.b64decode(encoded.strip(), validate=False)
+    except (binascii.Error, ValueError):
+        data = b""
+    chunk = (decoder or log_decoder()).decode(data)
     values: dict[str, str] = {}
     for line in head.splitlines():
         key, eq, value = line.partition("=")
-        if eq and key in ("pid", "args", "size", "read"):
+        if eq and key in ("pid", "args", "size", "read", "launch_id", "stop"):
             values[key] = value
     pid_text = values.get("pid", "").strip()
     args = values.get("args")
@@ -72,6 +95,8 @@ def parse_poll(text: str) -> PollFacts:
         log_size=int(values.get("size", "-1") or -1),
         read=int(values.get("read", "0") or 0),
         chunk=chunk,
+        launch_id=values.get("launch_id", "").strip(),
+        stop=values.get("stop", "").strip(),
     )
 
 
@@ -149,7 +174,16 @@ SILENT_DEATH_HINT = (
     "lines show how far it got"
 )
 
-STATES = ("waiting", "ready", "never_started", "crashed", "timed_out", "stalled")
+STATES = (
+    "waiting",
+    "ready",
+    "never_started",
+    "crashed",
+    "timed_out",
+    "stalled",
+    "stopped",  # kimi-ops ended this launch on purpose (stop marker)
+    "replaced",  # another launch took this run's place (a second deploy)
+)
 
 
 @dataclass
@@ -169,6 +203,9 @@ class VerifyState:
     seen_alive: bool = False
     fatal_since: float | None = None
     last_probe: ProbeResult | None = None
+    #: The launch this run started (deploy): a different current launch id fails verify, so it
+    #: never reports another run's server as its own. None: whatever launch is current.
+    expected_launch_id: str | None = None
     diagnoser: LogDiagnoser = field(init=False)
 
     def __post_init__(self) -> None:
@@ -194,17 +231,51 @@ class VerifyState:
         if probe.ready_for(self.served_model_name):
             answer = probe.answer.strip().replace("\n", " ")[:120]
             return Verdict("ready", f"ready: the chat completion answered {answer!r}", diag)
+        if probe.health is None:  # nothing answered HTTP at all (e.g. connection refused)
+            return Verdict("waiting", "not answering HTTP yet: " + probe.error, diag)
         return Verdict(
             "waiting", "up but not ready: " + probe.describe(self.served_model_name), diag
         )
 
     def _decide(self, facts: PollFacts, now: float) -> Verdict:
         diag = self.diagnoser.diagnosis()
+        expected = self.expected_launch_id
+        if expected and facts.launch_id and facts.launch_id != expected:
+            return Verdict(
+                "replaced",
+                f"the server this run launched (launch {expected}) is no longer the current "
+                f"one: launch {facts.launch_id} replaced it (another kimi-ops run?); "
+                "not reporting that server as this run's",
+                replace(diag, hint="run `fab status` to see which server runs now"),
+            )
+        by = stopped_by(parse_stop_marker(facts.stop), facts.launch_id)
+        if by is not None and not facts.alive:
+            return Verdict(
+                "stopped",
+                f"stopped: launch {facts.launch_id} was ended on purpose ({by}); no server runs",
+                replace(diag, hint="`fab deploy` starts it again"),
+            )
         if not facts.log_exists and not facts.alive:
+            if facts.launch_id and facts.pid is not None:
+                return Verdict(
+                    "crashed",
+                    f"no server runs: launch {facts.launch_id} (PID {facts.pid}) is not alive and "
+                    f"its log {CURRENT_LOG} is missing (deleted?)",
+                    replace(diag, hint=SILENT_DEATH_HINT),
+                )
             return Verdict(
                 "never_started",
                 "never started: no log file and no server process",
                 diag,
+            )
+        if not facts.log_exists and now < self.startup_timeout:
+            # Alive, but someone deleted the log: ask over HTTP instead.
+            return Verdict(
+                "waiting",
+                f"server PID {facts.pid} is alive but its log {CURRENT_LOG} is missing "
+                "(deleted?): checking over HTTP",
+                diag,
+                probe_due=self.polls % 3 == 1,
             )
         if diag.failed:
             if not facts.alive:

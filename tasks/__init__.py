@@ -13,7 +13,9 @@ from invoke import Collection
 
 from kimi_ops.defaults import DEFAULTS
 
-from . import cli, demo, router
+from . import cli, config_files, demo, router
+
+config_files.install()  # a missing -f file, a misspelled section, a YAML error: one line
 
 ns = Collection()
 for _task in (

@@ -10,24 +10,28 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from invoke import Context, Task, task
 from invoke.exceptions import Exit
 
-from kimi_ops.diagnose import LogDiagnoser
+from kimi_ops.diagnose import Diagnosis, LogDiagnoser
 from kimi_ops.errors import KimiOpsError
-from kimi_ops.result import format_result, skipped
+from kimi_ops.hoststate import STATE_CODES, STATE_MEANINGS
+from kimi_ops.result import StepResult, format_result, skipped
 
+from . import masking, steps
 from . import router as router_tasks
-from . import steps
+from . import state as host_state
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
-from .host import is_connection
+from .host import host_names, is_connection
 from .lock import HostLock
 from .report import FleetBoard, Reporter
-from .session import Session, load, session
+from .session import Session, kimi_config, load, session
 
 #: Profile keys every deployment task accepts as flags: name -> help.
 COMMON_FLAGS: dict[str, str] = {
@@ -73,30 +77,53 @@ def kimi_task(
     if dry:
         own["dry"] = (False, "print the commands and diffs; change nothing")
     if fleet:
-        own.setdefault("json", (False, "with several hosts: print the recap as JSON"))
+        own.setdefault("json", (False, "print the result as one JSON document (the recap)"))
         own["fail_fast"] = (False, "with several hosts: stop the others at the first failure")
 
     def decorate(fn: Callable[..., None]) -> Task:
         def run(c: Context, ov: dict[str, Any], mine: dict[str, Any], **extra: Any) -> None:
             is_dry = bool(mine.pop("dry", False))
             quiet = bool(mine.get("json", False))
+            if task_json and quiet and "reporter" not in extra:
+                extra["reporter"] = Reporter(None, quiet=True)
+                with json_on_failure(step, extra["reporter"]):
+                    run_session(c, ov, mine, is_dry, quiet, **extra)
+            else:
+                run_session(c, ov, mine, is_dry, quiet, **extra)
+
+        def run_session(
+            c: Context, ov: dict[str, Any], mine: dict[str, Any], is_dry: bool, quiet: bool,
+            **extra: Any,
+        ) -> None:  # fmt: skip
             with session(c, ov, step=step, dry=is_dry, quiet=quiet, **extra) as s:
-                if lock:
-                    with HostLock(s.host, s.profile.run_dir, step):
+                try:
+                    if lock:
+                        with HostLock(s.host, s.profile.run_dir, step):
+                            fn(s, **mine)
+                    else:
                         fn(s, **mine)
-                else:
-                    fn(s, **mine)
+                except KeyboardInterrupt:
+                    # Say what the host runs now: the run may have ended the old server.
+                    done = ", ".join(f"{r.step} {r.status}" for r in s.reporter.results)
+                    s.reporter.info(f"interrupted after: {done or 'nothing'}")
+                    s.reporter.info(host_state.now_line(s.host, s.profile, step=step))
+                    raise
 
         def body(c: Context, **kw: Any) -> None:
             fleet_hosts = kw.pop("fleet_hosts", None)
             mine = {k: kw.pop(k) for k in list(kw) if k in own}
             ov = overrides(kw)
+            masking.install(kimi_config(c), ov)
             fail_fast = bool(mine.pop("fail_fast", False))
             as_json = bool(mine.get("json", False))
             if fleet and not task_json:
                 mine.pop("json", None)
             if fleet:
-                specs = fleet_hosts or ([] if is_connection(c) else fleet_specs(c, ov, step))
+                specs = fleet_hosts or (
+                    [] if is_connection(c) else fleet_specs(c, ov, step, as_json)
+                )
+                if not specs and as_json and not task_json:
+                    specs = [c]  # one host: --json still prints the recap, as JSON
                 if specs:
                     mine.pop("json", None)  # per host: step lines; the recap is the JSON
                     rolling = int(mine.pop("rolling", 0) or 0) if step == "deploy" else 0
@@ -115,14 +142,38 @@ def kimi_task(
         body.__doc__ = fn.__doc__
         body.__module__ = fn.__module__
         helps = {**COMMON_FLAGS, **{k: h for k, (_, h) in own.items()}}
-        return task(help=helps)(body)
+        return task(help=helps, auto_shortflags=False)(body)  # long flags only: see README
 
     return decorate
 
 
-def fleet_specs(c: Context, ov: dict[str, Any], step: str) -> list[str]:
+def print_json_error(step: str, message: str, hint: str = "") -> None:
+    """The one JSON document of a --json run that failed before it had anything else."""
+    print(_dumps({"task": step, "error": message, "hint": hint}), flush=True)
+
+
+@contextmanager
+def json_on_failure(step: str, reporter: Reporter) -> Iterator[None]:
+    """With --json, a task that fails before it printed its document (no connection, a bad
+    profile, a step that raised) still prints one: ``{"task", "error", "hint"}``."""
+    try:
+        yield
+    except Exit:
+        bad = [r for r in reporter.results if r.failed]
+        if bad:
+            print_json_error(step, bad[-1].message, bad[-1].hint)
+        raise
+
+
+def fleet_specs(c: Context, ov: dict[str, Any], step: str, as_json: bool = False) -> list[str]:
     """``kimi.hosts`` (when the task runs without -H)."""
-    return list(load(c, ov).hosts)
+    try:
+        return list(load(c, ov).hosts)
+    except KimiOpsError as exc:
+        if as_json:
+            print_json_error(step, exc.message, exc.hint)
+        hint = f"\n  hint: {exc.hint}" if exc.hint else ""
+        raise Exit(f"error: {step}: {exc.message}{hint}", code=1) from None
 
 
 def run_on_fleet(
@@ -138,9 +189,14 @@ def run_on_fleet(
 ) -> None:
     """Run the task on every host concurrently, then print the recap (exit 1 if any failed)."""
     try:
-        parallel = load(c, ov).parallel  # validated once, before any host is contacted
+        profile = load(c, ov)  # validated once, before any host is contacted
+        run_hosts = [host_names(connection_for(c, s)) for s in specs]
+        profile.check_override_keys(run_hosts)
     except KimiOpsError as exc:
+        if as_json:
+            print_json_error(step, exc.message, exc.hint)
         raise Exit(f"error: {step}: {exc.message}", code=1) from None
+    parallel = profile.parallel
 
     board = (
         FleetBoard([host_name(s) for s in specs]) if sys.stdout.isatty() and not as_json else None
@@ -153,15 +209,18 @@ def run_on_fleet(
         reporters.append(reporter)
         outcome = HostOutcome(host_name(spec))
         try:
-            run(conn, ov, dict(mine), reporter=reporter, cancel=cancel)
+            run(conn, ov, dict(mine), reporter=reporter, cancel=cancel, run_hosts=run_hosts)
             outcome.result = "ready" if step in ("deploy", "verify") else "ok"
         except Exit:
             outcome.result = "failed"
         finally:
-            conn.close()
+            if is_connection(conn):
+                conn.close()
         bad = [r for r in reporter.results if r.failed]
         last = bad[-1] if bad else (reporter.results[-1] if reporter.results else None)
         if last is not None:
+            if step == "status" and last.data.get("state"):
+                outcome.result = str(last.data["state"])  # serving, stopped, crashed, ...
             outcome.step = last.step if outcome.result == "failed" else ""
             outcome.message = last.message
             outcome.label = (last.data.get("diagnosis") or {}).get("label", "")
@@ -185,7 +244,7 @@ def run_on_fleet(
 @kimi_task("kill-stale", dry=True)
 def kill_stale(s: Session) -> None:
     """End this deployment's vLLM server (SIGTERM, grace, SIGKILL); never the shell or decoys."""
-    s.report(steps.kill_stale(s.host, s.profile))
+    stop_server(s, "kill-stale")
 
 
 @kimi_task("clean-shm", dry=True)
@@ -216,7 +275,8 @@ def upload_script(s: Session) -> None:
 @kimi_task("launch", dry=True, lock=True)
 def launch(s: Session) -> None:
     """Start the uploaded script detached; confirm the PID is alive and the log exists."""
-    s.report(steps.launch(s.host, s.profile))
+    res = steps.launch(s.host, s.profile)
+    s.report(with_now(s, res) if res.failed else res)
 
 
 @kimi_task("verify", fleet=True)
@@ -261,34 +321,60 @@ def run_deploy(s: Session, *, restart: bool = False) -> None:
     s.report(pre.result)
     plan = pre.plan
     files = steps.upload_files(p, plan=plan, secrets_env=s.secrets)
-    if not restart and not h.dry:
-        unchanged = steps.running_unchanged(h, p, files)
-        if unchanged is not None:
-            s.report(unchanged)
-            s.reporter.recap()
-            return
+    # A dry run takes the same decision: the shortcut only reads (no mutating command).
+    unchanged = None if restart else steps.running_unchanged(h, p, files)
+    if unchanged is not None:
+        # The running server is the one these files make; the checkpoint on disk must still
+        # be what the plan says (e.g. `patch-kv-config --restore` undid the patch since).
+        if plan.patch_kv_config:
+            s.report(steps.patch_kv_config(h, p))
+        s.report(unchanged)
+        s.reporter.recap()
+        return
+    host_state.mark_stopping(h, p, step="deploy")
     s.report(steps.kill_stale(h, p))
     s.report(steps.clean_shm(h, p, refuse_fails=False))
     if plan.patch_kv_config:
         s.report(steps.patch_kv_config(h, p))
     else:
         s.report(skipped("patch-kv-config", plan.reason))
-    for note in plan.notes:
-        s.reporter.info(f"plan: {note}")
     s.report(steps.upload_script(h, p, plan=plan, secrets_env=s.secrets))
     if h.dry:
         s.report(skipped("launch", "dry run"))
         s.report(skipped("verify", "dry run"))
         return
-    s.report(steps.launch(h, p))
-    s.report(steps.verify(h, p, s.reporter))
+    launched = steps.launch(h, p)
+    if launched.failed:
+        launched = with_now(s, launched)
+    s.report(launched)
+    launch_id = launched.data.get("launch_id")
+    s.report(steps.verify(h, p, s.reporter, expect_launch_id=launch_id))
     s.reporter.recap()
+
+
+def with_now(s: Session, res: StepResult) -> StepResult:
+    """A failed result with one more line: what runs on the host now."""
+    now = host_state.now_line(s.host, s.profile, step=res.step)
+    return replace(res, lines=(*res.lines, now))
 
 
 @kimi_task("status", fleet=True)
 def status(s: Session) -> None:
-    """Show the server's process, PID, uptime, stage, health and GPU memory."""
-    s.report(steps.status(s.host, s.profile))
+    """Show the server's state, PID, uptime, stage, health and GPU memory.
+
+    Exits with the state's code (1: the state could not be read, e.g. no SSH):
+    {codes}
+    With several hosts: 0 when all serve, else the highest code of any host.
+    """
+    res, state = host_state.status(s.host, s.profile)
+    s.reporter.result(res)
+    if not state.serving:
+        raise Exit(code=state.code)
+
+
+status.__doc__ = (status.__doc__ or "").replace(
+    "{codes}", "\n    ".join(f"{v} {k}: {STATE_MEANINGS[k]}" for k, v in STATE_CODES.items())
+)
 
 
 @kimi_task(
@@ -313,11 +399,18 @@ def _write(text: str) -> None:
 @kimi_task("stop", dry=True, lock=True, fleet=True)
 def stop(s: Session) -> None:
     """Stop this deployment's server (SIGTERM, then SIGKILL after the grace period)."""
-    s.report(steps.kill_stale(s.host, s.profile, step="stop"))
+    stop_server(s, "stop")
+
+
+def stop_server(s: Session, step: str) -> None:
+    """The stop marker (status and verify then say stopped, not crashed), then kill-stale."""
+    host_state.mark_stopping(s.host, s.profile, step=step)
+    s.report(steps.kill_stale(s.host, s.profile, step=step))
 
 
 @task(
     name="diagnose",
+    auto_shortflags=False,
     help={
         "log": "a local log file to read (default: the current log on the host)",
         "json": "print the diagnosis as JSON",
@@ -326,6 +419,7 @@ def stop(s: Session) -> None:
 def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> None:
     """Name the cause of a failed (or slow) vLLM launch from its log, with the fix."""
     as_json = json
+    masking.install(kimi_config(c))
     if log:
         path = Path(log)
         if not path.is_file():
@@ -334,25 +428,34 @@ def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> Non
         with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
             while chunk := fh.read(1 << 20):
                 diagnoser.feed(chunk)
-        print_diagnosis(diagnoser, as_json, source=str(path))
+        print_diagnosis(diagnoser.diagnosis(), as_json, source=str(path))
         return
-    with session(c, step="diagnose", quiet=as_json) as s:
-        print_diagnosis(steps.diagnose_host_log(s.host, s.profile), as_json, s.host.name)
+    reporter = Reporter(None, quiet=as_json)
+    with (
+        json_on_failure("diagnose", reporter) if as_json else nullcontext(),
+        session(c, step="diagnose", quiet=as_json, reporter=reporter) as s,
+    ):
+        d = steps.diagnose_host_log(s.host, s.profile, progress=_progress)
+        print_diagnosis(d, as_json, s.host.name)
 
 
-def print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
+def _progress(text: str) -> None:
+    print(f"diagnose: {text}", file=sys.stderr, flush=True)
+
+
+def print_diagnosis(d: Diagnosis, as_json: bool, source: str) -> None:
     try:
-        _print_diagnosis(diagnoser, as_json, source)
+        _print_diagnosis(d, as_json, source)
     except BrokenPipeError:  # `fab diagnose --log X | head`: the reader left; that is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _print_diagnosis(diagnoser: LogDiagnoser, as_json: bool, source: str) -> None:
-    d = diagnoser.diagnosis()
+def _print_diagnosis(d: Diagnosis, as_json: bool, source: str) -> None:
     if as_json:
         print(_dumps({"source": source, **d.to_dict()}))
         return
-    print(f"{source}: {d.label}: {d.summary}")
+    said = d.summary if d.summary.startswith(f"{d.label}:") else f"{d.label}: {d.summary}"
+    print(f"{source}: {said}")
     if d.stage:
         print(f"  stage: {d.stage}" + (f" ({d.progress})" if d.progress else ""))
     for line in d.evidence[:5]:

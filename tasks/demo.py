@@ -112,10 +112,11 @@ class _Demo:
 
 
 @task(
+    auto_shortflags=False,
     help={
         "keep": "keep the temporary directory (model, run_dir, logs) for a look afterwards",
         "load_seconds": "how long the stand-in pretends to load shards (default 2)",
-    }
+    },
 )
 def demo(c: Context, keep: bool = False, load_seconds: float = 2.0) -> None:
     """Run the whole job locally with the stand-in engine (emulated vLLM; no GPU, no SSH)."""
@@ -139,8 +140,8 @@ def demo(c: Context, keep: bool = False, load_seconds: float = 2.0) -> None:
         first = d.deploy(seed)
         if first is None or not first.failed:
             raise Exit("demo: the first deploy was expected to fail on the FP8 KV cache", code=1)
-        diag = first.data.get("diagnosis", {})
-        print(f"    diagnosis: {diag.get('label')}: {diag.get('hint')}")
+        label = first.data.get("diagnosis", {}).get("label")
+        print(f"    diagnosis: {label} (the hint above says what to do)")
 
         d.title("2. patch-kv-config: remove the checkpoint's FP8 KV-cache settings")
         if d.step(steps.patch_kv_config(d.host, seed)).failed:

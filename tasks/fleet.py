@@ -23,6 +23,10 @@ from fabric import Connection, Executor
 from invoke import Context
 from invoke.exceptions import Exit
 
+from kimi_ops.hoststate import STATE_CODES
+
+from .host import host_label
+
 #: Tasks that run on many hosts at once.
 FLEET_TASKS = frozenset(
     {"deploy", "verify", "status", "stop", "preflight"}
@@ -54,7 +58,7 @@ class HostOutcome:
     """One row of the recap."""
 
     host: str
-    result: str = "skipped"  # ready / ok / failed / skipped
+    result: str = "skipped"  # ready / ok / failed / skipped; status: the state (serving, ...)
     step: str = ""  # the step that failed (or why skipped)
     label: str = ""  # the diagnosis label, when there is one
     seconds: float = 0.0
@@ -63,14 +67,20 @@ class HostOutcome:
     report: dict[str, Any] | None = None  # preflight's {"checks", "plan"} for this host
 
 
-def connection_for(c: Context, spec: dict[str, Any] | str) -> Connection:
-    """A Connection for one host (from -H's parsed form, or a ``kimi.hosts`` string)."""
+def connection_for(c: Context, spec: Any) -> Any:
+    """A Connection for one host (from -H's parsed form, or a ``kimi.hosts`` string); a
+    Context or Connection given as the spec is the host itself (a one-host run)."""
+    if isinstance(spec, Context):
+        return spec
     if isinstance(spec, str):
         return Connection(spec, config=c.config)
     return Connection(config=c.config, **spec)
 
 
-def host_name(spec: dict[str, Any] | str) -> str:
+def host_name(spec: Any) -> str:
+    """The host as the user typed it (the same name in every line and in the recap)."""
+    if isinstance(spec, Context):
+        return host_label(spec)
     if isinstance(spec, str):
         return spec
     port = spec.get("port")
@@ -149,7 +159,16 @@ def recap_json(task: str, outcomes: Sequence[HostOutcome]) -> str:
     return json.dumps({"task": task, "hosts": [asdict(o) for o in outcomes]}, indent=2)
 
 
+def exit_code(task: str, outcomes: Sequence[HostOutcome]) -> int:
+    """0 when every host is ready / ok; for status, the highest state code of any host (a
+    host whose state could not be read counts 1); else 1."""
+    if task == "status":
+        return max((STATE_CODES.get(o.result, 1) for o in outcomes), default=0)
+    return 0 if all(o.result in ("ready", "ok") for o in outcomes) else 1
+
+
 def finish(task: str, outcomes: Sequence[HostOutcome], as_json: bool) -> None:
     print(recap_json(task, outcomes) if as_json else recap_table(outcomes), flush=True)
-    if any(o.result != "ready" and o.result != "ok" for o in outcomes):
-        raise Exit(code=1)
+    code = exit_code(task, outcomes)
+    if code:
+        raise Exit(code=code)

@@ -10,6 +10,7 @@ every key is replaced).
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import logging
 import os
@@ -24,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
+from fabric import runners as fabric_runners
 from invoke import Context
+from invoke import runners as invoke_runners
 from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from kimi_ops.errors import KimiOpsError, RemoteKilled, StepFailed
-from kimi_ops.profile import Profile
-from kimi_ops.shell import one_line, quote
+from kimi_ops.profile import Profile, host_keys
+from kimi_ops.shell import KILL_AFTER, one_line, quote, with_timeout
 
 # paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner") with their
 # tracebacks; with no handler configured Python's last-resort handler prints them to stderr.
@@ -83,29 +86,93 @@ class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
+class _WholeOutput:
+    """Invoke's runners, fixed for what kimi-ops reads (mixed into Local and Remote):
+
+    * each stream is decoded by ONE incremental UTF-8 decoder, so a character split across
+      two reads is not turned into two replacement characters (Invoke decodes each read
+      on its own);
+    * with no watchers (kimi-ops never uses them), the captured output is not joined after
+      every read: Invoke does that to feed watchers, which makes a command's output cost
+      quadratic time (1 MB of log: about 1000 joins of up to 1 MB);
+    * reads are 64 KiB instead of 1000 bytes.
+    """
+
+    read_chunk_size = 1 << 16
+    encoding: str
+    watchers: list[Any]
+
+    def read_proc_output(self, reader: Any) -> Any:
+        decoder = codecs.getincrementaldecoder(self.encoding or "utf-8")(errors="replace")
+        while True:
+            data = reader(self.read_chunk_size)
+            if not data:
+                break
+            text = decoder.decode(data)
+            if text:
+                yield text
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield tail
+
+    def respond(self, buffer_: list[str]) -> None:
+        if self.watchers:
+            super().respond(buffer_)  # type: ignore[misc]
+
+
+class WholeOutputRemote(_WholeOutput, fabric_runners.Remote):
+    pass
+
+
+class WholeOutputLocal(_WholeOutput, invoke_runners.Local):
+    pass
+
+
 def is_connection(c: Any) -> bool:
     """A fabric.Connection (remote host), as opposed to a local invoke.Context."""
     return hasattr(c, "client") and hasattr(c, "sftp")
 
 
+def typed_host(c: Any) -> str:
+    """The host as the user typed it (an ssh-config alias stays an alias)."""
+    return str(getattr(c, "original_host", None) or c.host)
+
+
 def host_label(c: Any) -> str:
+    """``user@host[:port]`` with the host as typed; ``local`` without a connection."""
     if not is_connection(c):
         return "local"
     port = getattr(c, "port", 22)
-    return f"{c.user}@{c.host}" + (f":{port}" if port != 22 else "")
+    return f"{c.user}@{typed_host(c)}" + (f":{port}" if port != 22 else "")
+
+
+def host_names(c: Any) -> list[str]:
+    """Every ``kimi.host_overrides`` key that names this connection's host (see host_keys)."""
+    if not is_connection(c):
+        return ["local"]
+    return host_keys(c.user, typed_host(c), int(getattr(c, "port", 22) or 22), c.host)
 
 
 class Host:
     """A host the tasks act on, remote (Connection) or local (Context)."""
 
-    def __init__(self, c: Context, profile: Profile, *, dry: bool = False) -> None:
+    def __init__(
+        self, c: Context, profile: Profile, *, dry: bool = False, name: str | None = None
+    ) -> None:
         self.c = c
         self.profile = profile
         self.remote = is_connection(c)
-        self.name = host_label(c)
+        self.name = name or host_label(c)  # a fleet passes the name the user typed
         self.dry = dry or bool(getattr(getattr(c.config, "run", None), "dry", False))
         self.commands: list[str] = []  # every command run, in order (for reports and tests)
         self._home: str | None = None
+        runners = getattr(getattr(c, "config", None), "runners", None)
+        if runners is not None:
+            runners.remote = WholeOutputRemote
+            runners.local = WholeOutputLocal
+        #: While the deployment lock is held: a tasks.lock.LockGuard that wraps every mutating
+        #: command with a check that the lock is still ours (and raises when it is not).
+        self.guard: Any = None
         if self.remote:
             self._setup_connection()
 
@@ -193,39 +260,60 @@ class Host:
         timeout: float | None = None,
         hint: str = "",
         mutating: bool = True,
+        show_stderr: bool = False,
     ) -> Output:
         """Run one single-line command. Raises StepFailed on a non-zero exit when ``check``.
 
+        Every command has a time limit: ``timeout`` or the profile's ``command_timeout``. The
+        host enforces it (coreutils ``timeout`` ends the command and its process group; see
+        :func:`kimi_ops.shell.with_timeout`), and Fabric's own timeout, a little later, closes
+        the channel should the host not answer at all. Either way the step fails naming the
+        command, whatever ``check`` says.
+
         In dry mode a ``mutating`` command is only printed and "succeeds" with no output.
+        ``show_stderr``: the command's stderr (its progress) is shown as it comes, and kept.
         """
         command = one_line(command)
         if self.dry and mutating:
             print(f"[dry] {self.name}: would run: {command}")
             return Output(command, "", "", 0)
         self.commands.append(command)
+        limit = float(timeout if timeout is not None else self.profile.command_timeout)
         started = time.monotonic()
+
+        def timed_out(how: str) -> StepFailed:
+            return StepFailed(
+                step,
+                f"the command did not finish within {limit:g} s ({how})",
+                command=command,
+                hint=hint
+                or "something on the host blocks (a FIFO or a hung network mount in a path the "
+                "command reads?) or the host is overloaded; raise kimi.command_timeout if it "
+                "is only slow",
+            )
+
         try:
+            guarded = self.guard is not None and mutating
             result = self.c.run(
-                command,
-                hide=True,
+                with_timeout(self.guard.wrap(command) if guarded else command, limit),
+                hide="stdout" if show_stderr else True,
                 warn=True,
                 pty=False,
                 in_stream=False,
-                timeout=timeout,
+                timeout=limit + KILL_AFTER + 10,
                 dry=False,
             )
         except CommandTimedOut as exc:
-            raise StepFailed(
-                step,
-                f"the command did not finish within {timeout:g} s",
-                command=command,
-                hint=hint or "the host may be overloaded or the command hung",
-            ) from exc
+            raise timed_out("no answer from the host; the channel was closed") from exc
         except UnexpectedExit as exc:  # only with warn=False; kept for safety
             result = exc.result
         except (paramiko.SSHException, OSError) as exc:
             raise self.connect_error(exc) from exc
         out = Output(command, result.stdout, result.stderr, int(result.exited))
+        if guarded:
+            self.guard.check(out, step)
+        if out.exited in (124, 137) and time.monotonic() - started >= limit * 0.95:
+            raise timed_out("ended on the host by coreutils timeout")
         if TRACE:
             took = time.monotonic() - started
             print(

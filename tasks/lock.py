@@ -5,12 +5,21 @@ then waits on its stdin. Its stdin is our SSH channel (or, locally, a pipe from 
 so when this process ends, cleanly or not, the channel closes, the holder exits and the kernel
 releases the lock: a dead holder never blocks. A second run fails at once, naming the holder
 (its PID, where it runs from, and when it started).
+
+Holding the lock at the start is not enough: if the SSH connection drops, the holder dies with
+its channel and Fabric reconnects silently for the next command, so the run would go on
+unlocked while a second run takes the lock. So the holder file carries a random token, and while
+the lock is held every mutating command on the host is prefixed by a guard (:class:`LockGuard`)
+that checks, in the same shell, that the holder file still carries our token and its holder
+process is alive. When it does not, the command is not run and the step fails, naming the lock.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import re
+import secrets
 import socket
 import subprocess
 import time
@@ -21,11 +30,52 @@ from kimi_ops.defaults import LOCK_FILE
 from kimi_ops.errors import StepFailed
 from kimi_ops.shell import one_line, quote
 
-from .host import Host
+from .host import Host, Output
 
 LOCKED = "kimi-ops-lock: acquired"
 BUSY = "kimi-ops-lock: busy"
 HOLDER_SUFFIX = ".holder"
+LOST = "@@kimi-ops-lock-lost:"
+LOST_STATUS = 75
+
+
+def guard_command(run_dir: str, token: str) -> str:
+    """A prefix that exits 75 (printing :data:`LOST`) unless our holder still holds the lock."""
+    r = run_dir.rstrip("/") or "/"
+    info = quote(f"{r}/{LOCK_FILE}{HOLDER_SUFFIX}")
+    return (
+        f'{{ kimi_h=$(cat {info} 2>/dev/null); case "$kimi_h" in '
+        f'*" token={token} remote_pid="*) kill -0 "${{kimi_h##*remote_pid=}}" 2>/dev/null;; '
+        "*) false;; esac; } || "
+        f'{{ echo "{LOST} ${{kimi_h:-no holder file}}" >&2; exit {LOST_STATUS}; }};'
+    )
+
+
+class LockGuard:
+    """Installed on a Host while the lock is held: proves the lock before each change."""
+
+    def __init__(self, host: Host, run_dir: str, token: str) -> None:
+        self.host = host
+        self.run_dir = run_dir
+        self.prefix = guard_command(run_dir, token)
+
+    def wrap(self, command: str) -> str:
+        return f"{self.prefix} {command}"
+
+    def check(self, out: Output, step: str) -> None:
+        """Raise StepFailed when the guard refused to run ``out``'s command."""
+        if out.exited != LOST_STATUS or LOST not in out.stderr:
+            return
+        holder = out.stderr.split(LOST, 1)[1].strip().splitlines()[0]
+        raise StepFailed(
+            step,
+            f"lost the deployment lock on {self.host.name} (run_dir {self.run_dir}): its holder "
+            f"process is gone or another run holds it now ({holder}); stopped before this "
+            "command, which was not run",
+            command=out.command,
+            hint="the SSH connection may have dropped (the holder dies with it); check "
+            "`fab status`, then run again",
+        )
 
 
 def lock_command(run_dir: str, holder: str) -> str:
@@ -51,11 +101,11 @@ def lock_command(run_dir: str, holder: str) -> str:
     )
 
 
-def holder_text(step: str) -> str:
+def holder_text(step: str, token: str = "") -> str:
     started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return (
         f"pid={os.getpid()} host={socket.gethostname()} user={getpass.getuser()} "
-        f"step={step} started={started}"
+        f"step={step} started={started}" + (f" token={token}" if token else "")
     )
 
 
@@ -69,11 +119,12 @@ class HostLock:
         self.timeout = timeout
         self._chan: Any = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self.token = secrets.token_hex(8)
 
     def __enter__(self) -> HostLock:
         if self.host.dry:
             return self
-        command = one_line(lock_command(self.run_dir, holder_text(self.step)))
+        command = one_line(lock_command(self.run_dir, holder_text(self.step, self.token)))
         if self.host.remote:
             try:
                 self.host.c.open()
@@ -92,13 +143,14 @@ class HostLock:
             )
             first, rest = self._read_local(self._proc)
         if first.strip() == LOCKED:
+            self.host.guard = LockGuard(self.host, self.run_dir, self.token)
             return self
         self.__exit__(None, None, None)
         if first.strip() == BUSY:
             raise StepFailed(
                 self.step,
                 f"another kimi-ops run holds the deployment lock on {self.host.name}: "
-                f"{rest.strip() or 'holder unknown'}",
+                f"{re.sub(r' token=[0-9a-f]+', '', rest.strip()) or 'holder unknown'}",
                 command=command,
                 hint="wait for it to finish; a holder that died releases the lock by itself",
             )
@@ -143,6 +195,7 @@ class HostLock:
         return first, rest
 
     def __exit__(self, *exc: object) -> None:
+        self.host.guard = None
         if self._chan is not None:
             try:
                 self._chan.shutdown_write()

@@ -38,8 +38,8 @@ from kimi_ops.result import StepResult, changed, failed, ok, skipped
 from kimi_ops.script import parse_key_values
 from kimi_ops.shell import quote as q
 
-from .fleet import HostOutcome, host_name
-from .host import Host, is_connection
+from .fleet import HostOutcome, connection_for, host_name
+from .host import Host, host_names, is_connection, typed_host
 from .report import Reporter
 from .session import load, session
 from .steps import env_file_text
@@ -78,22 +78,21 @@ def open_router(ctx: Context, profile: Profile) -> RouterHost:
     return RouterHost(host, settings, host.resolve(settings.run_dir), profile)
 
 
-def spec_host(spec: Any) -> str:
-    """The host name of a fleet entry (-H's parsed form, ``user@host:port``, or a Connection)."""
-    if isinstance(spec, dict):  # Fabric's normalize_hosts: {"host": "user@host:port"}
-        spec = str(spec.get("host", ""))
-    elif not isinstance(spec, str):
-        return str(spec.host)
-    name = spec.rsplit("@", 1)[-1]
-    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+def replica_ids(c: Context, specs: Sequence[Any]) -> list[tuple[str, list[str]]]:
+    """Each fleet entry as (the host as typed, every ``host_overrides`` key naming it)."""
+    out = []
+    for spec in specs:
+        conn = connection_for(c, spec)
+        out.append((typed_host(conn), host_names(conn)))
+    return out
 
 
-def replicas_of(profile: Profile, hosts: Sequence[str]) -> list[rt.Replica]:
+def replicas_of(profile: Profile, ids: Sequence[tuple[str, list[str]]]) -> list[rt.Replica]:
     """Each fleet host's server as the router reaches it (host_overrides and
     router.addresses applied)."""
     out = []
-    for name in hosts:
-        p = profile.for_host(name)
+    for name, keys in ids:
+        p = profile.for_host(keys)
         out.append(rt.replica_for(profile.router, name, p.host, p.port))
     return rt.unique_names(out)
 
@@ -436,7 +435,7 @@ class RollingGate:
 
     def wrap(self, one: Callable[[Any, Any], HostOutcome]) -> Callable[[Any, Any], HostOutcome]:
         def run(spec: Any, cancel: Any) -> HostOutcome:
-            name = rt.server_name(spec_host(spec))
+            name = rt.server_name(typed_host(connection_for(self.c, spec)))
             reporter = Reporter(host_name(spec), quiet=self.quiet)
             try:
                 self.drain(name, reporter)
@@ -491,12 +490,14 @@ def _router_task(name: str, doc: str) -> Callable[[Callable[..., StepResult]], T
                 hint = f"\n  hint: {exc.hint}" if exc.hint else ""
                 raise Exit(f"error: {name}: {exc.message}{hint}", code=1) from None
             if fleet_hosts:
-                hosts = [spec_host(x) for x in fleet_hosts]
+                ids = replica_ids(c, fleet_hosts)
             elif is_connection(c):
-                hosts = [spec_host(c)]
+                ids = replica_ids(c, [c])
             else:
-                hosts = [spec_host(x) for x in profile.hosts]
-            with session(router_context(c, profile.router), step=name) as s:
+                ids = replica_ids(c, profile.hosts)
+            ctx = router_context(c, profile.router)
+            run_hosts = [keys for _, keys in ids] + [host_names(ctx)]
+            with session(ctx, step=name, run_hosts=run_hosts) as s:
                 if not profile.router.configured:
                     raise KimiOpsError(
                         "profile key kimi.router.port: no router is configured",
@@ -504,7 +505,7 @@ def _router_task(name: str, doc: str) -> Callable[[Callable[..., StepResult]], T
                     )
                 run_dir = s.host.resolve(profile.router.run_dir)
                 rh = RouterHost(s.host, profile.router, run_dir, profile)
-                s.report(fn(rh, hosts, profile))
+                s.report(fn(rh, ids, profile))
 
         body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
@@ -517,23 +518,23 @@ def _router_task(name: str, doc: str) -> Callable[[Callable[..., StepResult]], T
 
 
 @_router_task("router-deploy", "Start (or reload) HAProxy in front of the fleet's servers; verify.")
-def router_deploy(rh: RouterHost, hosts: Sequence[str], profile: Profile) -> StepResult:
-    if not hosts:
+def router_deploy(rh: RouterHost, ids: Sequence[Any], profile: Profile) -> StepResult:
+    if not ids:
         raise KimiOpsError(
             "no replicas: give the fleet's hosts with -H a,b or kimi.hosts",
             hint="each host's server becomes one replica behind the router",
         )
     secrets = secret_env_values(profile, os.environ)
-    return deploy_router(rh, replicas_of(profile, hosts), secrets)
+    return deploy_router(rh, replicas_of(profile, ids), secrets)
 
 
 @_router_task("router-status", "Show each replica behind the router (UP/DOWN/DRAIN, checks).")
-def router_status_task(rh: RouterHost, hosts: Sequence[str], profile: Profile) -> StepResult:
+def router_status_task(rh: RouterHost, ids: Sequence[Any], profile: Profile) -> StepResult:
     return router_status(rh)
 
 
 @_router_task("router-stop", "Stop the HAProxy router kimi-ops started (by its recorded PID).")
-def router_stop(rh: RouterHost, hosts: Sequence[str], profile: Profile) -> StepResult:
+def router_stop(rh: RouterHost, ids: Sequence[Any], profile: Profile) -> StepResult:
     return stop_router(rh)
 
 

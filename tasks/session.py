@@ -18,7 +18,7 @@ from kimi_ops.errors import KimiOpsError, StepFailed
 from kimi_ops.profile import Profile, load_profile, secret_env_values
 from kimi_ops.result import StepResult, failed, skipped
 
-from .host import Host, is_connection
+from .host import Host, host_names
 from .report import Reporter
 
 
@@ -93,16 +93,18 @@ def session(
     quiet: bool = False,
     reporter: Reporter | None = None,
     cancel: threading.Event | None = None,
+    run_hosts: list[list[str]] | None = None,
 ) -> Iterator[Session]:
     """Load and validate the profile, wrap the host, resolve run_dir; turn every KimiOpsError
     into a failed result and a non-zero exit without a traceback (unless debugging)."""
     reporter = reporter or Reporter(None, quiet=quiet)
     try:
         profile = load(c, overrides)
-        if is_connection(c):
-            profile = profile.for_host(c.host)  # kimi.host_overrides[host]
+        names = host_names(c)
+        profile.check_override_keys(run_hosts or [names])
+        profile = profile.for_host(names)  # kimi.host_overrides, by any name of this host
         secrets = secret_env_values(profile, os.environ) if step in SECRET_STEPS else None
-        host = Host(c, profile, dry=dry)
+        host = Host(c, profile, dry=dry, name=reporter.host)
         reporter.host = host.name if host.remote else None
         profile = profile.with_run_dir(host.resolve(profile.run_dir))
         yield Session(host, profile, reporter, secrets, cancel)
@@ -120,6 +122,7 @@ def session(
             raise
         hint = f"\n  hint: {exc.hint}" if exc.hint else ""
         print(f"error: {step}: {exc.message}{hint}", file=sys.stderr, flush=True)
+        reporter.results.append(failed(step, exc.message, hint=exc.hint))  # for a recap
         raise Exit(code=1) from None
     except KeyboardInterrupt:
         print(f"\n{step}: interrupted", file=sys.stderr)

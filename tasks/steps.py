@@ -18,11 +18,13 @@ from importlib import resources
 from typing import Any
 
 from kimi_ops import facts as facts_mod
-from kimi_ops import kvpatch, procs, shm
+from kimi_ops import kvpatch, logview, procs, shm
 from kimi_ops import script as launch_script
 from kimi_ops import verify as vfy
 from kimi_ops.defaults import (
     CURRENT_LOG,
+    DIAGNOSE_MODULE,
+    DIAGNOSE_RUNNER,
     ENV_FILE,
     LAUNCH_ID_FILE,
     LAUNCH_SCRIPT,
@@ -32,16 +34,30 @@ from kimi_ops.defaults import (
     STANDIN_CONFIG,
     STANDIN_SCRIPT,
 )
-from kimi_ops.diagnose import LogDiagnoser, diagnose
+from kimi_ops.diagnose import Diagnosis, LogDiagnoser, diagnose
 from kimi_ops.errors import StepFailed
 from kimi_ops.facts import HostFacts
-from kimi_ops.preflight import Check, Plan, build_plan, preflight_report, run_checks
+from kimi_ops.preflight import (
+    LOG_RESERVE_BYTES,
+    Check,
+    Plan,
+    build_plan,
+    preflight_report,
+    run_checks,
+)
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, failed, ok, skipped
 from kimi_ops.shell import quote as q
 
 from .host import FileInfo, Host
 from .report import Reporter
+
+#: When run_dir has no current log: nothing was launched, or someone deleted it while a server
+#: may still run; status tells which.
+NO_LOG_HINT = (
+    "nothing was launched yet (`fab deploy`), or the log was deleted: `fab status` says whether "
+    "a server runs"
+)
 
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
@@ -54,23 +70,32 @@ def _run_dir(p: Profile) -> str:
 # --- kill-stale / stop ------------------------------------------------------------------------
 
 
-def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None]:
-    """One round trip: the pidfile's PID and the process listing (with the listing shell's PID)."""
-    pidfile = f"{_run_dir(p)}/{PIDFILE}"
+def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, str | None]:
+    """One round trip: the pidfile's PID, the current launch id and the process listing."""
+    r = _run_dir(p)
     out = h.run(
-        f"cat {q(pidfile)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; " + procs.LISTING_COMMAND,
+        f"cat {q(r + '/' + PIDFILE)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; "
+        f"cat {q(r + '/' + LAUNCH_ID_FILE)} 2>/dev/null | sed -n '1s/^/launch_id=/p'; "
+        + procs.LISTING_COMMAND,
         step=step,
         mutating=False,
     )
-    pid_text = next(
-        (
-            ln[len("pidfile=") :].strip()
-            for ln in out.stdout.splitlines()
-            if ln.startswith("pidfile=")
-        ),
-        "",
+    head = launch_script.parse_key_values(
+        "\n".join(ln for ln in out.stdout.split("\n") if ln.startswith(("pidfile=", "launch_id=")))
     )
-    return procs.parse_ps(out.stdout), int(pid_text) if pid_text.isdigit() else None
+    pid_text = head.get("pidfile", "").strip()
+    launch_id = head.get("launch_id", "").strip() or None
+    return (
+        procs.parse_listing(out.stdout),
+        int(pid_text) if pid_text.isdigit() else None,
+        launch_id,
+    )
+
+
+def owned(h: Host, p: Profile, step: str) -> procs.Selection:
+    """This deployment's processes on the host now (orphans and stale launches included)."""
+    found, pidfile_pid, launch_id = listing(h, p, step)
+    return procs.owned_processes(found, _run_dir(p), pidfile_pid, launch_id, port=p.port)
 
 
 def kill_stale(
@@ -81,13 +106,18 @@ def kill_stale(
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
 ) -> StepResult:
-    """End this deployment's server: SIGTERM, a grace period, then SIGKILL. Never the shell
-    running the command, its ancestors, or processes that merely mention vllm."""
-    found, pidfile_pid = listing(h, p, step)
-    selection = procs.select_server_processes(found, port=p.port, pidfile_pid=pidfile_pid)
+    """End this deployment's processes (its server tree, orphans and stale launches): SIGTERM, a
+    grace period, then SIGKILL. Never another deployment's, the shell running the command, its
+    ancestors, or processes that merely mention vllm or carry a vLLM title."""
+    selection = owned(h, p, step)
+    foreign = tuple(selection.describe_foreign())
     if not selection.targets:
-        return ok(step, f"no server process of this deployment (port {p.port}) is running")
-    lines = tuple(selection.describe())
+        return ok(
+            step,
+            f"no process of this deployment ({_run_dir(p)}) is running",
+            lines=foreign,
+        )
+    lines = tuple(selection.describe()) + foreign
     if h.dry:
         return skipped(
             step, f"dry run: would end {len(selection.targets)} process(es)", lines=lines
@@ -98,7 +128,7 @@ def kill_stale(
     remaining = list(selection.targets)
     while remaining and clock() < deadline:
         sleep(min(0.5, max(0.05, p.grace_seconds / 10)))
-        now, _ = listing(h, p, step)
+        now, _, _ = listing(h, p, step)
         remaining = procs.still_running(selection, now)
     killed: list[int] = []
     if remaining:
@@ -106,7 +136,7 @@ def kill_stale(
         killed, _ = procs.parse_signal_output(out.stdout)
         for _ in range(20):
             sleep(0.25)
-            now, _ = listing(h, p, step)
+            now, _, _ = listing(h, p, step)
             remaining = procs.still_running(selection, now)
             if not remaining:
                 break
@@ -122,11 +152,20 @@ def kill_stale(
     how = f"SIGTERM to {len(sent)}"
     if killed:
         how += f", SIGKILL to {len(killed)} after {p.grace_seconds:g} s"
+    orphans = len(selection.orphans)
+    what = f"{len(selection.targets)} process(es)" + (
+        f", {orphans} of them orphans" if orphans else ""
+    )
     return changed(
         step,
-        f"ended {len(selection.targets)} process(es) ({how})",
+        f"ended {what} ({how})",
         lines=lines,
-        data={"pids": selection.pids, "killed": killed},
+        data={
+            "pids": selection.pids,
+            "killed": killed,
+            "orphans": sorted(selection.orphans),
+            "left_alone": [x.pid for x, _ in selection.foreign],
+        },
     )
 
 
@@ -136,40 +175,45 @@ def kill_stale(
 def clean_shm(
     h: Host, p: Profile, *, step: str = "clean-shm", refuse_fails: bool = True
 ) -> StepResult:
-    """Remove stale /dev/shm/psm_* and sem.mp-* files, only while no vLLM server is alive."""
-    out = h.run(
-        procs.LISTING_COMMAND
-        + "; echo @@shm; "
-        + shm.list_command(p.shm_dir)
-        + " 2>/dev/null; true",
-        step=step,
-        mutating=False,
-    )
-    ps_text, _, shm_text = out.stdout.partition("@@shm\n")
-    alive = procs.alive_servers(procs.parse_ps(ps_text))
-    files = shm.parse_shm_listing(shm_text, p.shm_dir)
-    plan = shm.plan_shm_cleanup(files, alive.pids)
-    if plan.refused:
-        msg = f"refused: {plan.refused}; {len(files)} shm file(s) left in place"
-        hint = "stop the server first (`fab stop` or `fab kill-stale`)"
-        if refuse_fails:
-            return failed(step, msg, hint=hint, lines=tuple(alive.describe()))
-        return skipped(step, msg, lines=tuple(alive.describe()))
+    """Remove the psm_* and sem.mp-* files in shm_dir that no live process maps or holds open
+    (and that are older than a few seconds). Files in use (another deployment's live server)
+    are kept and named. ``refuse_fails``: fail when a file had to be kept only because some
+    process's maps could not be read (the `clean-shm` task); deploy passes False."""
+    out = h.run(shm.usage_command(p.shm_dir), step=step, mutating=False)
+    usage = shm.parse_usage(out.stdout, p.shm_dir)
+    plan = shm.plan_shm_cleanup(usage)
+    kept = tuple(f"kept {f.path}: {why}" for f, why in plan.kept)
+    if plan.undecided and refuse_fails and not plan.files:
+        return failed(
+            step,
+            f"cannot tell whether {len(plan.undecided)} shm file(s) are in use: "
+            "some processes' maps cannot be read; nothing removed",
+            lines=kept,
+            hint="run it as root (or as the user of every process on the host)",
+        )
     if not plan.files:
+        if kept:
+            return ok(step, f"no stale shared memory in {p.shm_dir}; kept {len(kept)}", lines=kept)
         return ok(step, f"no stale shared memory in {p.shm_dir}")
     size = shm.human_bytes(plan.total_bytes)
     if h.dry:
         return skipped(
             step,
             f"dry run: would remove {len(plan.files)} file(s), {size}",
-            lines=tuple(f.path for f in plan.files[:20]),
+            lines=tuple(f.path for f in plan.files[:20]) + kept,
         )
     for command in shm.remove_commands(plan.files, p.shm_dir):
         h.run(command, step=step)
+    extra = f"; kept {len(kept)} in use" if kept else ""
     return changed(
         step,
-        f"removed {len(plan.files)} stale shm file(s), {size} freed",
-        data={"count": len(plan.files), "bytes": plan.total_bytes},
+        f"removed {len(plan.files)} stale shm file(s), {size} freed{extra}",
+        lines=kept,
+        data={
+            "count": len(plan.files),
+            "bytes": plan.total_bytes,
+            "kept": [{"path": f.path, "why": why} for f, why in plan.kept],
+        },
     )
 
 
@@ -273,6 +317,8 @@ def _restore(h: Host, p: Profile, files: dict[str, FileInfo], step: str) -> Step
 def _resource(name: str) -> bytes:
     if name == STANDIN_SCRIPT:
         return resources.files("kimi_ops").joinpath("standin.py").read_bytes()
+    if name == DIAGNOSE_MODULE:
+        return resources.files("kimi_ops").joinpath("diagnose.py").read_bytes()
     return resources.files("tasks.remote").joinpath(name).read_bytes()
 
 
@@ -440,8 +486,10 @@ class PreflightOutcome:
     facts: HostFacts
     own_pids: tuple[int, ...]
 
+    secret_patterns: tuple[str, ...] = ()
+
     def report(self) -> dict[str, Any]:
-        return preflight_report(self.checks, self.plan)
+        return preflight_report(self.checks, self.plan, self.secret_patterns)
 
 
 def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...]]:
@@ -452,12 +500,11 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
         step=step,
         check=False,
         mutating=False,
-        timeout=120,
     )
     gathered, _, ps_text = out.stdout.rpartition("@@kimi-ops:ps\n")
     host_facts = facts_mod.parse_gathered(gathered)
-    own = procs.select_server_processes(
-        procs.parse_ps(ps_text), port=p.port, pidfile_pid=host_facts.pidfile_pid
+    own = procs.owned_processes(
+        procs.parse_listing(ps_text), _run_dir(p), host_facts.pidfile_pid, port=p.port
     )
     return host_facts, tuple(own.pids)
 
@@ -465,16 +512,19 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
 def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutcome:
     """Check GPUs, vLLM, the model, the port, disk, /dev/shm and RemoveIPC; decide the plan."""
     host_facts, own = gather(h, p, step=step)
-    checks = tuple(run_checks(p, host_facts, own_pids=own))
+    need = sum(len(data) for data, _ in upload_files(p).values()) + LOG_RESERVE_BYTES
+    checks = tuple(run_checks(p, host_facts, own_pids=own, run_dir_need=need))
     plan = build_plan(p, host_facts)
     lines = [f"{c.status:<4} {c.name}: {c.detail}" for c in checks]
     lines.append(f"plan: patch_kv_config={str(plan.patch_kv_config).lower()}: {plan.reason}")
     if plan.attention_backend:
         lines.append(f"plan: attention backend {plan.attention_backend}")
     lines += [f"plan: {note}" for note in plan.notes]
+    if plan.sizing is not None:
+        lines.append(f"plan: sizing: {plan.sizing.summary()}")
     bad = [c for c in checks if c.status == "fail"]
     warn = [c for c in checks if c.status == "warn"]
-    data = {"report": preflight_report(checks, plan)}
+    data = {"report": preflight_report(checks, plan, p.secret_patterns)}
     if bad:
         res = failed(
             step,
@@ -486,7 +536,7 @@ def preflight(h: Host, p: Profile, *, step: str = "preflight") -> PreflightOutco
     else:
         extra = f", {len(warn)} warning(s)" if warn else ""
         res = ok(step, f"{len(checks)} checks passed{extra}", lines=tuple(lines), data=data)
-    return PreflightOutcome(res, checks, plan, host_facts, own)
+    return PreflightOutcome(res, checks, plan, host_facts, own, p.secret_patterns)
 
 
 # --- launch -----------------------------------------------------------------------------------
@@ -513,10 +563,10 @@ def launch(
         return skipped(
             step,
             "dry run: would start the server detached",
-            lines=(launch_script.launch_command(r, launch_id),),
+            lines=(launch_script.launch_command(r, launch_id, p.keep_logs),),
         )
     started = time.monotonic()
-    out = h.run(launch_script.launch_command(r, launch_id), step=step, check=False)
+    out = h.run(launch_script.launch_command(r, launch_id, p.keep_logs), step=step, check=False)
     if "@@no-script" in out.stdout:
         return failed(
             step,
@@ -557,17 +607,21 @@ def launch(
                 if bad
             )
             message = f"never started: {missing} missing {took:.1f} s after launch"
-        tail = printed.strip().splitlines()[-30:] or ["(the launcher printed nothing)"]
+        tail = printed.strip().splitlines()[-30:]
         if diag is not None and diag.failed:
             tail = [f"label: {diag.label}", *(f"evidence: {e}" for e in diag.evidence[:3]), *tail]
-        return failed(
-            step,
-            message,
-            lines=tuple(tail),
-            stderr=out.stderr,
-            hint=diag.hint if diag and diag.failed else "see the launcher output above",
-            data=data,
-        )
+        if diag is not None and diag.failed:
+            hint = diag.hint
+        elif tail or out.stderr.strip():
+            hint = "the launcher's output above says why"
+        else:
+            where = f"{log} exists but is empty" if has_log else f"{log} was not created"
+            tail = [f"the launcher printed nothing: {where}"]
+            hint = (
+                f"nothing could write to {r}: check its free space and permissions "
+                f"(`df -h {r}`, `ls -ld {r}`)"
+            )
+        return failed(step, message, lines=tuple(tail), stderr=out.stderr, hint=hint, data=data)
     return changed(
         step,
         f"started PID {pid}; log {log}",
@@ -587,24 +641,39 @@ def verify(
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
     from_end: bool = False,
+    expect_launch_id: str | None = None,
 ) -> StepResult:
-    """Poll until ready, failed, or startup_timeout (see :mod:`kimi_ops.verify`)."""
+    """Poll until ready, failed, or startup_timeout (see :mod:`kimi_ops.verify`).
+
+    ``expect_launch_id``: the launch this run started; verify fails if another launch replaced
+    it rather than follow a server this run did not start."""
     r = _run_dir(p)
     state = vfy.VerifyState(
         p.served_model_name,
         p.startup_timeout,
         p.stall_timeout,
         context={"port": p.port, "served_model_name": p.served_model_name},
+        expected_launch_id=expect_launch_id,
     )
     start = clock()
     probe = _probe_command(p)
+    decoder = vfy.log_decoder()
     while True:
         out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
-        facts = vfy.parse_poll(out.stdout)
+        facts = vfy.parse_poll(out.stdout, decoder)
+        if facts.log_exists and facts.log_size < state.offset:  # a new log: nothing pending
+            decoder = vfy.log_decoder()
         verdict = state.feed_poll(facts, clock() - start)
         if verdict.probe_due and not verdict.done:
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
             verdict = state.feed_probe(vfy.parse_probe(res.stdout + res.stderr), clock() - start)
+            if verdict.ok and expect_launch_id:
+                # The answer came from the port: prove the launch there is still this run's.
+                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
+                facts = vfy.parse_poll(out.stdout)
+                recheck = state.feed_poll(facts, clock() - start)
+                if recheck.done:  # replaced, stopped or gone meanwhile
+                    verdict = recheck
         if verdict.done:
             break
         reporter.progress(step, verdict.message)
@@ -616,6 +685,7 @@ def verify(
         "diagnosis": diag.to_dict(),
         "seconds": round(clock() - start, 1),
         "pid": facts.pid,
+        "launch_id": facts.launch_id,
     }
     if verdict.ok:
         return ok(
@@ -631,71 +701,29 @@ def verify(
     return failed(step, verdict.message, lines=tuple(lines), hint=diag.hint, data=data)
 
 
-# --- status / logs ----------------------------------------------------------------------------
-
-
-def status(h: Host, p: Profile, *, step: str = "status") -> StepResult:
-    """Process, PID, uptime, stage, health and GPU memory, in two round trips."""
-    r = _run_dir(p)
-    out = h.run(
-        f'pid=$(cat {q(r + "/" + PIDFILE)} 2>/dev/null || true); echo "pid=$pid"; '
-        f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
-        'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
-        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
-        'if command -v nvidia-smi >/dev/null 2>&1; then echo "gpu=$(nvidia-smi '
-        "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
-        "| tr '\\n' ';')\"; fi; "
-        f"echo @@log; tail -c 262144 {q(r + '/' + CURRENT_LOG)} 2>/dev/null; true",
-        step=step,
-        mutating=False,
-    )
-    head, _, log = out.stdout.partition("@@log\n")
-    info = launch_script.parse_key_values(head)
-    args = info.get("args", "")
-    alive = bool(args) and (procs.server_args(args) is not None or procs.is_vllm_title(args))
-    diag = diagnose(log, {"port": p.port})
-    lines = [f"launch: {info.get('launch_id') or 'none'}"]
-    lines.append(
-        f"stage: {diag.stage or 'none'}" + (f" ({diag.progress})" if diag.progress else "")
-    )
-    lines.append(f"log: {diag.label}" + (f" - {diag.summary}" if diag.failed else ""))
-    if info.get("gpu"):
-        lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
-    data = {
-        "pid": info.get("pid"),
-        "alive": alive,
-        "uptime": info.get("etime"),
-        "diagnosis": diag.to_dict(),
-    }
-    if not alive:
-        return ok(
-            step,
-            "no server running"
-            + (f" (pidfile names {info['pid']}, not alive)" if info.get("pid") else ""),
-            lines=tuple(lines),
-            data=data,
-        )
-    probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=60)
-    result = vfy.parse_probe(probe.stdout + probe.stderr)
-    data["health"] = result.health
-    lines.append("http: " + result.describe(p.served_model_name))
-    return ok(
-        step, f"server PID {info['pid']} up {info.get('etime', '?')}", lines=tuple(lines), data=data
-    )
+# --- logs (status is in tasks/state.py) ------------------------------------------------------
 
 
 def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
+    """The last ``lines`` lines of the current log, each cut to ``kimi.log_line_limit``
+    characters (the host sends at most that many bytes of a line: ``cut -b``)."""
     path = f"{_run_dir(p)}/{CURRENT_LOG}"
-    out = h.run(f"tail -n {int(lines)} {q(path)}", step=step, check=False, mutating=False)
+    out = h.run(
+        f"test -e {q(path)} && tail -n {int(lines)} {q(path)} "
+        f"| cut -b 1-{logview.host_byte_limit(p.log_line_limit)}",
+        step=step,
+        check=False,
+        mutating=False,
+    )
     if not out.ok:
         raise StepFailed(
             step,
             f"no log at {path}",
             command=out.command,
             stderr=out.stderr,
-            hint="nothing has been launched yet (`fab deploy`)",
+            hint=NO_LOG_HINT,
         )
-    return out.stdout
+    return logview.cap_lines(out.stdout, p.log_line_limit)
 
 
 def follow_log(
@@ -707,39 +735,116 @@ def follow_log(
     sleep: Sleep = time.sleep,
     until: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Print new log bytes as they arrive (reads from an offset; Ctrl-C ends it)."""
+    """Print new log bytes as they arrive (reads from an offset; Ctrl-C ends it), each line
+    cut to ``kimi.log_line_limit`` characters."""
     r = _run_dir(p)
     offset = -1
+    decoder, capper = vfy.log_decoder(), logview.LineCapper(p.log_line_limit)
     while not until():
         if offset < 0:
             size = h.run(vfy.poll_command(r, 0, 0), step=step, mutating=False)
             offset = max(0, vfy.parse_poll(size.stdout).log_size)
         out = h.run(vfy.poll_command(r, offset), step=step, mutating=False)
-        facts = vfy.parse_poll(out.stdout)
+        facts = vfy.parse_poll(out.stdout, decoder)
         if facts.log_size >= 0 and facts.log_size < offset:
             offset = 0
+            decoder = vfy.log_decoder()
             continue
         if facts.read:
-            write(facts.chunk)
+            write(capper.feed(facts.chunk))
             offset += facts.read
         else:
             sleep(p.poll_interval)
 
 
-def diagnose_host_log(h: Host, p: Profile, *, step: str = "diagnose") -> LogDiagnoser:
+def diagnose_host_log(
+    h: Host,
+    p: Profile,
+    *,
+    step: str = "diagnose",
+    progress: Callable[[str], None] | None = None,
+) -> Diagnosis:
+    """The diagnosis of the host's current log, made ON the host: kimi_ops/diagnose.py and a
+    small runner are uploaded to run_dir and run with the profile's python, which reads the log
+    where it lies and prints the diagnosis as JSON (a log of gigabytes answers in seconds, not
+    after crossing SSH). If that python cannot run it, the log is streamed here instead, with
+    ``progress`` told how far it got."""
+    r = _run_dir(p)
+    context = {"port": p.port, "served_model_name": p.served_model_name}
+    files = {n: (_resource(n), 0o600) for n in (DIAGNOSE_MODULE, DIAGNOSE_RUNNER)}
+    sync_files(h, p, files, step=step)
+    out = h.run(
+        f"{q(p.python)} {q(f'{r}/{DIAGNOSE_RUNNER}')} {q(f'{r}/{CURRENT_LOG}')} "
+        f"{q(json.dumps(context))}",
+        step=step,
+        check=False,
+        mutating=False,
+        timeout=max(600.0, p.command_timeout),
+        show_stderr=progress is not None,
+    )
+    answer = _last_json(out.stdout) if out.ok else None
+    if answer is not None and "missing" in answer:
+        raise _no_log(step, r)
+    if answer is not None and isinstance(answer.get("diagnosis"), dict):
+        return diagnosis_from_dict(answer["diagnosis"])
+    if progress is not None:
+        why = (out.stderr.strip().splitlines() or [f"exit status {out.exited}"])[-1]
+        progress(f"cannot diagnose on the host ({why[:200]}): streaming the log here")
+    return stream_diagnose_host_log(h, p, step=step, progress=progress).diagnosis()
+
+
+def _no_log(step: str, run_dir: str) -> StepFailed:
+    return StepFailed(
+        step,
+        f"no log at {run_dir}/{CURRENT_LOG}",
+        hint="nothing has been launched yet (`fab deploy`)",
+    )
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def diagnosis_from_dict(d: dict[str, Any]) -> Diagnosis:
+    """A :class:`Diagnosis` back from its ``to_dict`` form."""
+    return Diagnosis(
+        label=str(d.get("label", "unknown")),
+        stage=d.get("stage"),
+        progress=d.get("progress"),
+        evidence=tuple(d.get("evidence") or ()),
+        hint=str(d.get("hint", "")),
+        summary=str(d.get("summary", "")),
+        facts=dict(d.get("facts") or {}),
+    )
+
+
+def stream_diagnose_host_log(
+    h: Host,
+    p: Profile,
+    *,
+    step: str = "diagnose",
+    progress: Callable[[str], None] | None = None,
+) -> LogDiagnoser:
     """Stream the host's current log through the diagnosis, a bounded chunk per round trip."""
     r = _run_dir(p)
     diagnoser = LogDiagnoser({"port": p.port, "served_model_name": p.served_model_name})
+    decoder = vfy.log_decoder()
     offset = 0
     while True:
-        facts = vfy.parse_poll(h.run(vfy.poll_command(r, offset), step=step, mutating=False).stdout)
+        facts = vfy.parse_poll(
+            h.run(vfy.poll_command(r, offset), step=step, mutating=False).stdout, decoder
+        )
         if not facts.log_exists:
-            raise StepFailed(
-                step,
-                f"no log at {r}/{CURRENT_LOG}",
-                hint="nothing has been launched yet (`fab deploy`)",
-            )
+            raise _no_log(step, r)
         diagnoser.feed(facts.chunk)
         offset += facts.read
+        if progress is not None and facts.log_size > 0:
+            progress(f"read {offset / 2**20:.0f} of {facts.log_size / 2**20:.0f} MiB")
         if facts.read < vfy.MAX_POLL_BYTES:
             return diagnoser

@@ -21,6 +21,8 @@ from typing import Any
 
 from invoke import Config, Result
 
+from kimi_ops.shell import without_timeout
+
 Responder = Callable[[str], "Reply"]
 
 
@@ -117,6 +119,7 @@ class ScriptedConnection:
         return self
 
     def run(self, command: str, **kwargs: Any) -> Result:
+        command = without_timeout(command)  # rules match the command a step issued
         self.commands.append(command)
         for rule in self._rules:
             if rule.pattern.search(command) and rule.replies:

@@ -88,7 +88,7 @@ def test_public_api_is_reexported() -> None:
 
     for name in kimi_ops.__all__:
         assert hasattr(kimi_ops, name), name
-    assert {"load_profile", "render_launch_script", "select_server_processes", "plan_patch",
+    assert {"load_profile", "render_launch_script", "owned_processes", "plan_patch",
             "diagnose", "plan_shm_cleanup"} <= set(kimi_ops.__all__)  # fmt: skip
 
 
@@ -106,3 +106,5 @@ def test_fab_demo_runs_the_whole_story_in_under_a_minute() -> None:
     assert '-    "kv_cache_scheme": {' in text  # the diff
     assert "Hello from the kimi-ops stand-in" in text  # the answer through the port
     assert "demo ok" in text and "removed /tmp/kimi-ops-demo-" in text
+    hints = [ln for ln in text.splitlines() if "Run `fab patch-kv-config`" in ln]
+    assert len(hints) == 1, hints  # the failure's hint, printed once (issue 12 item 20)

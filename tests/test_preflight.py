@@ -258,6 +258,7 @@ def test_healthy_host_passes_everything() -> None:
         "vllm",
         "model_config",
         "model_shards",
+        "kv_cache_fit",
         "port",
         "disk",
         "shm",
@@ -338,10 +339,11 @@ def test_tp8_on_four_gpus_fails() -> None:
     assert "NVIDIA H100 80GB HBM3" in check.detail
 
 
-def test_nvidia_smi_failure_fails() -> None:
+def test_nvidia_smi_failure_fails_when_cuda_is_required() -> None:
     facts = make_facts(gpus=(127, "sh: 1: nvidia-smi: not found"))
-    check = by_name(run_checks(profile(), facts), "gpus")
+    check = by_name(run_checks(profile(device="cuda"), facts), "gpus")
     assert check.status == "fail" and "nvidia-smi: not found" in check.detail
+    assert "kimi.device: cpu" in check.detail  # the way to the CPU build is named
 
 
 def test_non_root_with_remove_ipc_unset_warns() -> None:
@@ -380,8 +382,18 @@ def test_low_disk_and_shm_warn() -> None:
     )
     facts = make_facts(df_run_dir="/root\n" + low, df_shm=low.replace(" /\n", " /dev/shm\n"))
     checks = run_checks(profile(), facts)
-    assert by_name(checks, "disk").status == "warn" and "0.1 GiB" in by_name(checks, "disk").detail
+    assert by_name(checks, "disk").status == "warn" and "97.7 MiB" in by_name(checks, "disk").detail
     assert by_name(checks, "shm").status == "warn"
+
+
+def test_a_run_dir_that_cannot_hold_the_launch_files_and_a_log_fails_in_its_unit() -> None:
+    full = "Filesystem 1024-blocks Used Available Capacity Mounted on\ntmpfs 64 60 4 94% /srv/run\n"
+    facts = make_facts(df_run_dir="/srv/run\n" + full)
+    check = by_name(run_checks(profile(), facts, run_dir_need=1_100_000), "disk")
+    assert check.status == "fail", check
+    assert "only 4.0 KiB free on /srv/run" in check.detail and "need 1.0 MiB" in check.detail
+    roomy = by_name(run_checks(profile(), facts, run_dir_need=4096), "disk")
+    assert roomy.status == "warn"
 
 
 def test_stale_psm_segments_warn() -> None:

@@ -18,7 +18,13 @@ def test_defaults_are_the_kimi_deployment() -> None:
     assert p.trust_remote_code is True and p.engine == "vllm"
     assert p.standin.compute_capability == "12.0" and p.standin.vllm_version == "0.17.1"
     assert p.standin.gpu_count == 8
+    assert p.device == "auto"
     assert set(p.to_dict()) == set(DEFAULTS)
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda", "cpu"])
+def test_device_values(device: str) -> None:
+    assert load_profile({"device": device}).device == device
 
 
 def test_overrides_win_and_none_is_ignored() -> None:
@@ -50,12 +56,16 @@ def test_nested_standin_keys_merge() -> None:
         ({"env": {"BAD NAME": "1"}}, "env.BAD NAME"),
         ({"env": ["A=1"]}, "env"),
         ({"engine": "sglang"}, "engine"),
+        ({"device": "gpu"}, "device"),
+        ({"device": "CPU"}, "device"),
+        ({"device": None}, "device"),
         ({"patch_kv_config": "yes"}, "patch_kv_config"),
         ({"startup_timeout": -1}, "startup_timeout"),
         ({"host_key_policy": "accept-all"}, "host_key_policy"),
         ({"standin": {"gpu_count": -1}}, "standin.gpu_count"),
         ({"standin": {"vllm_version": "latest"}}, "standin.vllm_version"),
         ({"standin": {"colour": "red"}}, "standin.colour"),
+        ({"standin": {"device": "auto"}}, "standin.device"),
         ({"standin": {"compute_capability": "sm120"}}, "standin.compute_capability"),
         ({"host_overrides": {"gpu2": {"nope": 1}}}, "host_overrides.gpu2.nope"),
     ],
@@ -71,3 +81,33 @@ def test_host_overrides_apply_per_host() -> None:
     p = load_profile({"host_overrides": {"gpu4": {"tensor_parallel_size": 4}}})
     assert p.for_host("gpu4").tensor_parallel_size == 4
     assert p.for_host("gpu8").tensor_parallel_size == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "index", "key"),
+    [
+        (["--port", "9000"], 0, "port"),
+        (["--max-model-len", "4096", "--port=9000"], 2, "port"),
+        (["--host", "127.0.0.1"], 0, "host"),
+        (["--model=/other"], 0, "model"),
+        (["--served_model_name", "x"], 0, "served_model_name"),
+        (["--api-key=sekrit"], 0, "api_key (or api_key_env)"),
+        (["-tp", "4"], 0, "tensor_parallel_size"),
+        (["--tensor-parallel-size=4"], 0, "tensor_parallel_size"),
+        (["--trust-remote-code"], 0, "trust_remote_code"),
+        (["--tool-call-parser", "hermes"], 0, "tool_call_parser"),
+    ],
+)
+def test_extra_args_may_not_set_what_the_profile_owns(
+    args: list[str], index: int, key: str
+) -> None:
+    with pytest.raises(ProfileError) as exc:
+        load_profile({"extra_args": args})
+    assert exc.value.key == f"extra_args[{index}]"
+    assert f"use kimi.{key} instead" in exc.value.message
+    assert "sekrit" not in exc.value.message + exc.value.hint  # a value may be a secret
+
+
+def test_extra_args_values_that_only_look_like_owned_flags_are_kept() -> None:
+    args = ["--max-model-len", "4096", "--chat-template", "uses --port in text", "--portal"]
+    assert load_profile({"extra_args": args}).extra_args == tuple(args)

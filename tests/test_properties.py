@@ -25,7 +25,14 @@ from hypothesis import strategies as st
 
 from kimi_ops.errors import ConfigPatchError, ProfileError
 from kimi_ops.kvpatch import KV_KEYS, patch_text, plan_patch, remove_key
-from kimi_ops.procs import parse_ps, select_server_processes, server_args
+from kimi_ops.procs import (
+    Proc,
+    format_row,
+    owned_processes,
+    parse_listing,
+    server_args,
+    server_port,
+)
 from kimi_ops.profile import load_profile
 from kimi_ops.script import render_launch_script, server_argv
 
@@ -219,6 +226,9 @@ def test_launch_script_passes_any_strings_through_exactly(
     expected_env = {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
     if engine == "standin":
         expected_env[b"KIMI_STANDIN_CONFIG"] = os.fsencode(f"{run_dir}/standin.json")
+    # Ownership: the tree inherits its run_dir and launch id (kimi_ops.procs.owned_processes).
+    expected_env[b"KIMI_OPS_RUN_DIR"] = os.fsencode(run_dir)
+    expected_env[b"KIMI_OPS_LAUNCH_ID"] = out["launch_id_file"][:-1]  # printf adds one newline
     expected_env.update({os.fsencode(k): os.fsencode(v) for k, v in out["env_in"].items()})
     assert {k: environ[k] for k in expected_env if k in environ} == expected_env
     assert set(environ) - set(expected_env) <= BASH_ADDED
@@ -371,7 +381,7 @@ TOKENS = [
 ]  # fmt: skip
 #: One "word" of a command line as ps prints it: no line breaks, no control characters.
 #: ("²" is a digit to str.isdigit() but not to int(): see
-#: test_a_superscript_port_does_not_crash_the_selection.)
+#: test_server_port_reads_argv_like_vllms_parser in test_procs.py.)
 PS_CHARS = st.characters(
     codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp"), exclude_characters="\x00"
 )
@@ -381,6 +391,19 @@ PORTS = [8000, 8001, 9000]
 def _server_line(form: str, py: str, port: int | None, eq: bool) -> tuple[str, tuple[str, int]]:
     flag = "" if port is None else (f" --port={port}" if eq else f" --port {port}")
     return form.format(py=py, flag=flag), ("server", 8000 if port is None else port)
+
+
+#: Deployments a process's environment may name: this one (with or without a trailing slash,
+#: launches L1/L0), another, or none; None = environment unreadable.
+OURS = "/srv/kimi-a"
+ENVS = [
+    (("KIMI_OPS_LAUNCH_ID", "L1"), ("KIMI_OPS_RUN_DIR", OURS)),
+    (("KIMI_OPS_LAUNCH_ID", "L0"), ("KIMI_OPS_RUN_DIR", OURS + "/")),
+    (("KIMI_OPS_LAUNCH_ID", "L1"), ("KIMI_OPS_RUN_DIR", "/srv/kimi-b")),
+    (("KIMI_OPS_RUN_DIR", "/srv/kimi-a/x"),),
+    (),
+    None,
+]
 
 
 _SERVER_LINES = st.builds(
@@ -403,16 +426,12 @@ COMMAND_LINES = st.one_of(
 
 
 def _port_of(argv: list[str]) -> int:
-    """The server's --port, by vLLM's rules (first valid --port N / --port=N; default 8000)."""
+    """The server's --port in the generated lines (one flag at most; default 8000)."""
     for i, tok in enumerate(argv):
         if tok == "--port" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif tok.startswith("--port="):
-            value = tok[len("--port=") :]
-        else:
-            continue
-        if value.isdecimal():
-            return int(value)
+            return int(argv[i + 1])
+        if tok.startswith("--port="):
+            return int(tok[len("--port=") :])
     return 8000
 
 
@@ -430,18 +449,23 @@ def process_tables(draw: st.DrawFn) -> dict[str, Any]:
     others = draw(st.lists(st.integers(2, 40000), min_size=n - 1, max_size=n - 1, unique=True))
     order = [1, *others]
     missing = [40001, 40002, 40003]  # PIDs that are not in the listing (exited parents)
-    rows: list[tuple[int, int, int, str]] = []
+    rows: list[Proc] = []
     labels: dict[int, Any] = {}
-    pgid_of: dict[int, int] = {}
+    sid_of: dict[int, int] = {}
+    env_of: dict[int, Any] = {}
     for i, pid in enumerate(order):
         # The parent: an earlier process (so: a forest under init), now and then one that exited.
         ppid = 0 if pid == 1 else pick(order[:i] * 9 + missing)
-        pgid = pick([pid, pgid_of.get(ppid, pid), pick(order), 0])
-        pgid_of[pid] = pgid
+        sid = pick([pid, sid_of.get(ppid, pid), sid_of.get(ppid, pid), pick(order + missing)])
+        sid_of[pid] = sid
+        # Children mostly inherit their parent's environment (as after fork/exec).
+        env = env_of[ppid] if ppid in env_of and draw(st.booleans()) else pick(ENVS)
+        env_of[pid] = env
         args, label = draw(COMMAND_LINES)
         if pid == 1 and draw(st.booleans()):
             args, label = "/sbin/init", "decoy"
-        rows.append((pid, ppid, pgid, args))
+        argv = tuple(args.split())
+        rows.append(Proc(pid, ppid, pick([pid, sid]), argv, sid, env, pick(["S", "R", "Z"])))
         labels[pid] = label
     me_mode = pick(["text", "param", "both", "none", "missing"])
     me = {"none": None, "missing": pick(missing)}.get(me_mode, pick(order[1:] or order))
@@ -453,8 +477,7 @@ def process_tables(draw: st.DrawFn) -> dict[str, Any]:
         "me_param": me if me_mode in ("param", "both", "missing") else None,
         "port": pick([None, *PORTS]),
         "pidfile": pick([None, 40002, *order]),
-        "orphans": draw(st.booleans()),
-        "comment": draw(st.booleans()),
+        "launch": pick([None, "L1", "L0"]),
     }
 
 
@@ -466,83 +489,84 @@ def _ancestry(pid: int, parent: dict[int, int]) -> list[int]:
     return chain
 
 
+def _run_dir_of(env: Any) -> str | None:
+    value = dict(env or ()).get("KIMI_OPS_RUN_DIR")
+    return None if value is None else value.rstrip("/") or "/"
+
+
 @PROPERTY
 @given(table=process_tables())
-def test_selection_never_leaves_the_server_tree_nor_touches_the_shell(table: dict) -> None:
-    rows = table["rows"]
-    lines = []
+def test_ownership_never_takes_another_deployment_nor_the_shell(table: dict) -> None:
+    rows: list[Proc] = table["rows"]
+    text = "".join(format_row(p) + "\n" for p in rows)
     if table["me_in_text"]:
-        lines.append(("# " if table["comment"] else "") + f"self_pid={table['me']}")
-    lines += [f"{pid:>7} {ppid:>7} {pgid:>7} {args}" for pid, ppid, pgid, args in rows]
-    listing = parse_ps("\n".join(lines) + "\n")
-
-    # parse_ps reads back exactly the table (ps prints args with surrounding blanks trimmed).
-    assert [(p.pid, p.ppid, p.pgid, p.args) for p in listing.procs] == [
-        (pid, ppid, pgid, args.strip()) for pid, ppid, pgid, args in rows
-    ]
+        text = f"self_pid={table['me']}\n" + text
+    listing = parse_listing(text)
+    # The listing reads back exactly what was printed.
+    assert listing.procs == tuple(rows)
     assert listing.self_pid == (table["me"] if table["me_in_text"] else None)
-    args_of = {pid: args.strip() for pid, _, _, args in rows}
-    parent = {pid: ppid for pid, ppid, _, _ in rows}
-    pgid_of = {pid: pgid for pid, _, pgid, _ in rows}
+    by = {p.pid: p for p in rows}
+    parent = {p.pid: p.ppid for p in rows}
 
     # The labelled command lines are classified as labelled.
     for pid, label in table["labels"].items():
-        argv = server_args(args_of[pid])
+        argv = server_args(by[pid].argv)
         if isinstance(label, tuple):
-            assert argv is not None and _port_of(argv) == label[1], args_of[pid]
+            assert argv is not None and server_port(argv) == label[1], by[pid].argv
         elif label == "title":
-            assert argv is None and _is_title(args_of[pid])
+            assert argv is None and _is_title(by[pid].args)
         elif label == "decoy":
-            assert argv is None and not _is_title(args_of[pid]), args_of[pid]
+            assert argv is None and not _is_title(by[pid].args), by[pid].argv
 
     port, pidfile, me = table["port"], table["pidfile"], table["me"]
-    sel = select_server_processes(
-        listing,
-        port=port,
-        pidfile_pid=pidfile,
-        self_pid=table["me_param"],
-        include_orphans=table["orphans"],
+    sel = owned_processes(
+        listing, OURS, pidfile, table["launch"], port=port, self_pid=table["me_param"]
     )
 
-    # The model, derived independently: upward walks over the parent links.
-    def strictly_below(pid: int, tops: set[int]) -> bool:
-        return bool(set(_ancestry(pid, parent)[1:]) & tops)
-
+    # The model, derived independently (upward walks over the parent links).
     protected = {0, 1}
     if me is not None:
         protected |= set(_ancestry(me, parent))
-        protected |= {pid for pid in args_of if strictly_below(pid, {me})}
-    is_server = {pid: server_args(a) is not None for pid, a in args_of.items()}
-    on_port = {
-        pid
-        for pid, a in args_of.items()
-        if is_server[pid] and (port is None or _port_of(server_args(a) or []) == port)
+        protected |= {p.pid for p in rows if me in _ancestry(p.pid, parent)[1:]}
+    by_env = {p.pid for p in rows if _run_dir_of(p.env) == OURS}
+    sessions = {pidfile} if pidfile else set()
+    sessions |= {
+        by[pid].sid for pid in by_env if by[pid].sid not in by or by[by[pid].sid].pid in by_env
     }
-    by_pidfile = set()
-    if pidfile in args_of and (is_server[pidfile] or _is_title(args_of[pidfile])):
-        by_pidfile = {pidfile}
-    roots = (on_port | by_pidfile) - protected
-    below = {pid for pid in args_of if strictly_below(pid, roots)}
-    group = {pid for pid in args_of if pgid_of[pid] in roots}
-    orphans = set()
-    if table["orphans"]:
-        orphans = {pid for pid, a in args_of.items() if parent[pid] == 1 and _is_title(a)}
+    leader = by.get(pidfile) if pidfile else None
+    legacy: set[int] = set()
+    if (
+        leader is not None
+        and port is not None
+        and _run_dir_of(leader.env) is None
+        and leader.sid == leader.pid
+        and leader.state != "Z"
+        and server_args(leader.argv) is not None
+        and server_port(server_args(leader.argv) or []) == port
+    ):
+        legacy = {p.pid for p in rows if p.sid == leader.pid and _run_dir_of(p.env) is None}
+    by_session = {p.pid for p in rows if p.env is None and p.sid in sessions and p.sid > 1}
+    roots = by_env | legacy | by_session
 
-    selected = sel.pids
-    assert len(selected) == len(set(selected)) and set(sel.reasons) == set(selected)
-    assert all(p in listing.procs for p in sel.targets)
-    for pid in selected:
-        # (b) never the listing shell, its ancestors (the SSH session), its children, or init.
-        assert pid not in protected and pid != 1 and pid != me, (pid, sel.reasons[pid])
-        # (a) a server on the port (or the pidfile's), below one, in its group, or an orphan.
-        assert pid in roots | below | group | orphans, (pid, args_of[pid], sel.reasons[pid])
-    # ...and nothing that the rules call for is left out.
-    assert set(selected) == (roots | below | group | orphans) - protected
+    def follows(pid: int) -> bool:
+        """Below a root through processes that name no other deployment."""
+        for up in _ancestry(pid, parent):
+            if up in roots:
+                return True
+            if up in by and _run_dir_of(by[up].env) not in (None, OURS):
+                return False
+        return False
 
-
-def test_a_superscript_port_does_not_crash_the_selection() -> None:
-    listing = parse_ps("1 0 1 init\n5 1 5 python3 -m vllm.entrypoints.openai.api_server --port ²\n")
-    assert select_server_processes(listing, port=8000).pids == [5]
+    zombies = {p.pid for p in rows if p.state == "Z"}
+    expected = ({p.pid for p in rows if follows(p.pid)} | roots) - protected - zombies
+    assert sorted(sel.pids) == sorted(expected)
+    for pid in sel.pids:
+        # Never the listing shell, its ancestry, its children, init; never another deployment.
+        assert pid not in protected and pid != 1
+        assert _run_dir_of(by[pid].env) in (None, OURS), (pid, sel.reasons[pid])
+    for pid in sel.orphans:  # an orphan's server (its session leader) is gone
+        assert by[pid].sid not in by or by[by[pid].sid].state == "Z"
+    assert not sel.current or table["launch"] is not None
 
 
 # --- 3. the KV config patch ------------------------------------------------------------------

@@ -535,6 +535,18 @@ def test_not_enough_kv_cache_memory(case: Case) -> None:
     assert "No available memory for the cache blocks" in log
 
 
+def test_max_model_len_auto_fits_the_length_to_the_kv_cache(case: Case) -> None:
+    """vllm#29431's --max-model-len auto (kimi.max_model_len: auto on vLLM >= 0.13): the length
+    that failed at 0.80 above is reduced to what fits instead."""
+    model = write_model(case.tmp / "model", nvfp4_quant(kv_scheme=None))
+    s = case.serve(model, "--gpu-memory-utilization", "0.80", "--max-model-len", "auto")
+    log = s.wait_for("Maximum concurrency for")
+    fitted = int(re.search(r"Auto-fit max_model_len: reduced to (\d+)", log).group(1))  # type: ignore[union-attr]
+    assert 0 < fitted < 131072
+    assert f"Maximum concurrency for {fitted:,} tokens per request: 1.00x" in log
+    assert s.proc.poll() is None  # serving; the fixture ends it
+
+
 # ------------------------------------------------------------------------------------------
 # HTTP behaviour
 # ------------------------------------------------------------------------------------------

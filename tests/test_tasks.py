@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 
@@ -11,6 +12,7 @@ from invoke import Config, Context
 from invoke.exceptions import Exit
 
 from kimi_ops.errors import RemoteKilled, StepFailed
+from kimi_ops.procs import Proc, format_row
 from kimi_ops.profile import load_profile
 from kimi_ops.result import Status
 from tasks import steps
@@ -21,16 +23,28 @@ from tasks.testing import Reply, ScriptedConnection
 
 PROFILE = load_profile({"run_dir": "/srv/kimi", "grace_seconds": 2, "poll_interval": 0.01})
 SERVER = "/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /m --port 8000"
-LISTING = (
-    "self_pid=900\n"
-    "  1 0 1 /sbin/init\n"
-    " 50 1 50 sshd: root@notty\n"
-    "900 50 900 bash -c cat /srv/kimi/server.pid; ps\n"
-    "100 1 100 " + SERVER + "\n"
-    "101 100 100 VLLM::EngineCore\n"
-    "300 1 300 tail -f /srv/kimi/current.log\n"
+OURS = (("KIMI_OPS_RUN_DIR", "/srv/kimi"), ("KIMI_OPS_LAUNCH_ID", "L1"))
+
+
+def _rows(*procs: Proc, self_pid: int) -> str:
+    return f"pidfile=100\nlaunch_id=L1\nself_pid={self_pid}\n" + "".join(
+        format_row(p) + "\n" for p in procs
+    )
+
+
+INIT = Proc(1, 0, 1, ("/sbin/init",), 1)
+TAIL = Proc(300, 1, 300, ("tail", "-f", "/srv/kimi/current.log"), 300)
+LISTING = _rows(
+    INIT,
+    Proc(50, 1, 50, ("sshd: root@notty",), 50),
+    Proc(900, 50, 900, ("bash", "-c", "cat /srv/kimi/server.pid; ps"), 900),
+    Proc(100, 1, 100, tuple(SERVER.split()), 100, OURS),
+    Proc(101, 100, 100, ("VLLM::EngineCore",), 100, OURS),
+    TAIL,
+    self_pid=900,
 )
-GONE = "self_pid=901\n  1 0 1 /sbin/init\n300 1 300 tail -f /srv/kimi/current.log\n"
+GONE = _rows(INIT, TAIL, self_pid=901)
+LIST_CMD = r"for d in /proc/"
 
 
 class FakeClock:
@@ -50,7 +64,7 @@ def _host(conn: ScriptedConnection, profile=PROFILE) -> Host:
 
 def test_kill_stale_terms_the_server_tree_only_and_never_pkills() -> None:
     conn = ScriptedConnection()
-    conn.on(r"ps -eww", Reply(LISTING), Reply(GONE))
+    conn.on(LIST_CMD, Reply(LISTING), Reply(GONE))
     conn.on(r"kill -TERM", stdout="sent 100\nsent 101\n")
     clock = FakeClock()
     res = steps.kill_stale(_host(conn), PROFILE, sleep=clock.sleep, clock=clock)
@@ -64,7 +78,7 @@ def test_kill_stale_terms_the_server_tree_only_and_never_pkills() -> None:
 
 def test_kill_stale_escalates_to_sigkill_after_the_grace_period() -> None:
     conn = ScriptedConnection()
-    conn.on(r"ps -eww", *[Reply(LISTING)] * 15, Reply(GONE))
+    conn.on(LIST_CMD, *[Reply(LISTING)] * 15, Reply(GONE))
     conn.on(r"kill -TERM", stdout="sent 100\nsent 101\n")
     conn.on(r"kill -KILL", stdout="sent 100\nsent 101\n")
     clock = FakeClock()
@@ -75,19 +89,19 @@ def test_kill_stale_escalates_to_sigkill_after_the_grace_period() -> None:
 
 
 def test_kill_stale_with_nothing_running_is_ok() -> None:
-    conn = ScriptedConnection().on(r"ps -eww", stdout=GONE)
+    conn = ScriptedConnection().on(LIST_CMD, stdout=GONE)
     res = steps.kill_stale(_host(conn), PROFILE)
-    assert res.status is Status.OK and "no server process" in res.message
+    assert res.status is Status.OK and "no process of this deployment" in res.message
     assert not conn.ran(r"kill -")
 
 
 def test_a_remote_shell_killed_by_a_signal_is_reported_as_such() -> None:
-    conn = ScriptedConnection().on(r"ps -eww", exited=-1)
+    conn = ScriptedConnection().on(LIST_CMD, exited=-1)
     with pytest.raises(RemoteKilled) as info:
         steps.kill_stale(_host(conn), PROFILE)
     assert info.value.exited == -1
     assert "killed its own session" in info.value.hint
-    assert "ps -eww" in info.value.command
+    assert "for d in /proc/" in info.value.command
 
 
 def test_a_failing_command_names_the_step_command_and_stderr() -> None:
@@ -166,7 +180,8 @@ def test_launch_reports_pid_and_log() -> None:
 def _poll(pid: int | None, alive: bool, size: int, chunk: str) -> Reply:
     head = f"pid={pid or ''}\n" + (f"args={SERVER}\n" if alive else "")
     read = len(chunk.encode())
-    return Reply(f"{head}size={size}\nread={read}\n@@log\n{chunk}")
+    encoded = base64.b64encode(chunk.encode()).decode()  # the poll sends the bytes in base64
+    return Reply(f"{head}size={size}\nread={read}\n@@log\n{encoded}")
 
 
 READY_LOG = (
@@ -257,7 +272,7 @@ def test_host_keys_are_checked_by_default_and_accept_new_is_opt_in(tmp_path) -> 
 
 
 def test_dry_mode_runs_read_only_commands_and_prints_the_rest(capsys) -> None:
-    conn = ScriptedConnection().on(r"ps -eww", stdout=LISTING)
+    conn = ScriptedConnection().on(LIST_CMD, stdout=LISTING)
     host = Host(conn, PROFILE, dry=True)  # type: ignore[arg-type]
     res = steps.kill_stale(host, PROFILE)
     assert res.status is Status.SKIPPED and "would end 2" in res.message
@@ -270,3 +285,34 @@ def test_local_context_is_the_local_machine(tmp_path) -> None:
     out = host.run("echo hello", step="t")
     assert out.stdout == "hello\n"
     assert host.resolve("~/x").endswith("/x") and not host.resolve("~/x").startswith("~")
+
+
+SHM_USAGE = (
+    "dir=/dev/shm\nnow=1000000\n"
+    "F\t104857600\t999000\t0\t600\t/dev/shm/psm_theirs\n"
+    "F\t32\t999000\t0\t600\t/dev/shm/sem.mp-ours\n"
+    "/proc/777/maps:7f00-7f10 rw-s 00000000 00:1a 12 /dev/shm/psm_theirs\n"
+)
+
+
+def test_clean_shm_removes_unused_files_and_names_the_kept_ones() -> None:
+    conn = ScriptedConnection().on(r"for m in /proc/", stdout=SHM_USAGE)
+    res = steps.clean_shm(_host(conn), PROFILE)
+    assert res.status is Status.CHANGED, res
+    assert "removed 1 stale shm file(s), 32 B freed; kept 1 in use" in res.message
+    assert res.lines == ("kept /dev/shm/psm_theirs: in use by PID 777",)
+    (rm,) = conn.ran(r"^rm -f")
+    assert rm == "rm -f -- /dev/shm/sem.mp-ours"
+
+
+def test_clean_shm_fails_when_unreadable_maps_leave_nothing_decidable() -> None:
+    usage = SHM_USAGE.replace("/proc/777/maps:", "/proc/777/nomaps:") + "U 4242 0\n"
+    conn = ScriptedConnection().on(r"for m in /proc/", stdout=usage)
+    res = steps.clean_shm(_host(conn), PROFILE)
+    assert res.status is Status.FAILED and "cannot tell whether 2 shm file(s)" in res.message
+    assert "run it as root" in res.hint
+    assert all("possibly in use: the maps of PID 4242" in ln for ln in res.lines)
+    assert not conn.ran(r"^rm ")
+    # deploy's clean-shm (refuse_fails=False) reports the same and goes on.
+    res2 = steps.clean_shm(_host(conn), PROFILE, refuse_fails=False)
+    assert res2.status is Status.OK and "kept 2" in res2.message

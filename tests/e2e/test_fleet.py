@@ -75,7 +75,9 @@ def test_parallel_deploy_to_four_hosts_one_failing(fleet: dict) -> None:
 
     status = run_fab(hosts, "status", "--json", config=config, timeout=120)
     rows = _recap(status)
-    assert rows[hosts[0].host]["result"] == "ok"
+    assert rows[hosts[0].host]["result"] == "serving"
+    assert rows[hosts[2].host]["result"] == "stopped"  # its deploy failed at preflight
+    assert status.returncode == 4, status.describe()  # the highest state code of any host
 
 
 def test_rolling_deploy_stops_at_the_failing_host(fleet: dict) -> None:
@@ -119,7 +121,9 @@ def test_hosts_listed_in_the_profile(fleet: dict) -> None:
     config["kimi"]["hosts"] = [h.target for h in hosts]
     config["connect_kwargs"] = {"key_filename": [str(hosts[0].key_path)]}
     run = run_fab(None, "status", "--json", config=config, timeout=120)
-    assert run.returncode == 0, run.describe()
+    assert run.returncode == 4, run.describe()  # stopped: nothing was launched on any of them
     rows = _recap(run)
     assert set(rows) == {h.host for h in hosts}
-    assert all(r["result"] == "ok" and "no server running" in r["message"] for r in rows.values())
+    for r in rows.values():
+        assert r["result"] == "stopped" and "nothing was ever launched" in r["message"], r
+        assert r["label"] == "", r  # no log: no diagnosis label (not "starting")

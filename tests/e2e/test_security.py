@@ -303,4 +303,4 @@ def test_redeploy_changes_nothing_unless_the_profile_changes_or_restart(served: 
     assert not pid_alive(pid3)
     again = dep.fab("stop", **profile)
     assert again.returncode == 0, again.describe()
-    assert "no server process of this deployment" in again.output, again.describe()
+    assert "no process of this deployment" in again.output, again.describe()

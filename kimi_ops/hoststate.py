@@ -1,0 +1,158 @@
+"""What state a deployment is in now, from facts (pure): serving, starting, stopped, crashed...
+
+``fab status`` exits with the state's code (:data:`STATE_CODES`), so a script can tell a dead
+server from a live one without parsing text. kimi-ops knows when it ends a server itself:
+before ``stop``, ``kill-stale`` and deploy's kill-stale signal a live server, they write a stop
+marker in run_dir naming its launch id, who and when (:func:`stop_marker_command`). A server
+that is gone without such a marker for its launch crashed (or was killed by someone else); one
+with it was stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .defaults import LAUNCH_ID_FILE, PIDFILE
+from .diagnose import Diagnosis
+from .shell import quote as q
+
+#: run_dir's stop marker: ``launch_id=ID by=... step=... at=...`` of the last server kimi-ops
+#: ended on purpose.
+STOP_MARKER = "stopped.launch"
+
+#: ``fab status`` exit codes, one per state (1 stays "the tool itself failed", e.g. no SSH).
+STATE_CODES: dict[str, int] = {
+    "serving": 0,  # the server answers a chat completion
+    "starting": 3,  # the server process is alive and still loading
+    "stopped": 4,  # kimi-ops ended it (stop / kill-stale / deploy), or nothing was launched
+    "crashed": 5,  # gone (or failing) without kimi-ops ending it
+    "orphans": 6,  # the server is gone but processes of this deployment are still alive
+    "unresponsive": 7,  # alive, its log says it is up, but HTTP does not answer
+}
+
+#: What each state means, for ``fab status --help`` and the README.
+STATE_MEANINGS: dict[str, str] = {
+    "serving": "the server answers a chat completion",
+    "starting": "the server process is alive and still loading",
+    "stopped": "kimi-ops ended it (stop, kill-stale, deploy) or nothing was ever launched",
+    "crashed": "the server is gone (or its log shows a fatal error) and kimi-ops did not end it",
+    "orphans": "the server is gone but processes of this deployment are still alive",
+    "unresponsive": "the server process is alive and its log says it is up, but HTTP fails",
+}
+
+
+def state_codes_help() -> str:
+    """One line: ``serving=0, starting=3, ...`` (for --help)."""
+    return ", ".join(f"{s}={c}" for s, c in STATE_CODES.items())
+
+
+@dataclass(frozen=True)
+class StopMarker:
+    """The last stop kimi-ops made: which launch it ended, and who/when (``detail``)."""
+
+    launch_id: str
+    detail: str
+
+
+def stop_marker_command(run_dir: str, detail: str) -> str:
+    """Record that the current launch is being ended on purpose, BEFORE it is signalled (so
+    nobody watching sees it die unexplained), and only while its server lives (a server that
+    already crashed stays crashed). Atomic: a temp file, then a rename."""
+    r = q(run_dir.rstrip("/") or "/")
+    return (
+        f"id=$(cat {r}/{LAUNCH_ID_FILE} 2>/dev/null || true); "
+        f"pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); "
+        'if [ -n "$id" ] && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
+        f"printf 'launch_id=%s %s\\n' \"$id\" {q(detail)} > {r}/{STOP_MARKER}.tmp && "
+        f"mv -f {r}/{STOP_MARKER}.tmp {r}/{STOP_MARKER}; fi"
+    )
+
+
+def parse_stop_marker(text: str) -> StopMarker | None:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    if not line.startswith("launch_id="):
+        return None
+    launch_id, _, detail = line[len("launch_id=") :].partition(" ")
+    return StopMarker(launch_id, detail.strip()) if launch_id else None
+
+
+def stopped_by(marker: StopMarker | None, launch_id: str | None) -> str | None:
+    """``detail`` when ``marker`` says kimi-ops ended exactly ``launch_id``, else None."""
+    if marker is None or not launch_id or marker.launch_id != launch_id:
+        return None
+    return marker.detail or "kimi-ops"
+
+
+@dataclass(frozen=True)
+class HostState:
+    """The deployment's state now, and one line that says it."""
+
+    state: str
+    message: str
+
+    @property
+    def code(self) -> int:
+        return STATE_CODES[self.state]
+
+    @property
+    def serving(self) -> bool:
+        return self.state == "serving"
+
+
+@dataclass(frozen=True)
+class StateFacts:
+    """What status saw on the host (one gather, plus the HTTP probe when the server lives)."""
+
+    launch_id: str | None
+    pid: int | None  # the pidfile's PID
+    alive: bool  # that PID is a live server (not a reused PID)
+    log_exists: bool
+    log_path: str
+    diagnosis: Diagnosis
+    stop: StopMarker | None = None
+    orphans: Sequence[int] = ()  # this deployment's processes alive without its server
+    answered: bool | None = None  # the probe's chat completion (None: not probed)
+    http: str = ""  # the probe's one-line description
+
+
+def classify(f: StateFacts) -> HostState:
+    """The state, checked in order: the live server first, then why there is none."""
+    d = f.diagnosis
+    if f.alive:
+        if f.answered:
+            return HostState("serving", f"server PID {f.pid} (launch {f.launch_id}) answers")
+        if d.failed:
+            return HostState(
+                "crashed", f"server PID {f.pid} is alive but its log shows: {d.summary}"
+            )
+        if d.ready:
+            return HostState(
+                "unresponsive",
+                f"server PID {f.pid}'s log says it is up, but HTTP does not answer: {f.http}",
+            )
+        gone = "" if f.log_exists else f"; its log {f.log_path} is missing (deleted?)"
+        stage = d.stage or "starting"
+        return HostState("starting", f"server PID {f.pid} is alive, still loading ({stage}){gone}")
+    if f.orphans:
+        pids = ", ".join(str(p) for p in f.orphans)
+        return HostState(
+            "orphans",
+            f"no server runs, but {len(f.orphans)} process(es) of this deployment are alive: "
+            f"{pids} (`fab stop` ends them)",
+        )
+    if not f.launch_id:
+        return HostState("stopped", "no server: nothing was ever launched here")
+    by = stopped_by(f.stop, f.launch_id)
+    if by is not None:
+        return HostState("stopped", f"no server: launch {f.launch_id} was stopped ({by})")
+    if not f.log_exists:
+        return HostState(
+            "crashed",
+            f"no server: launch {f.launch_id} is not running and its log {f.log_path} is "
+            "missing (deleted?); kimi-ops did not stop it",
+        )
+    why = d.summary if d.failed else "its log shows no error (killed by a signal or OOM?)"
+    return HostState(
+        "crashed", f"no server: launch {f.launch_id} ended without kimi-ops stopping it: {why}"
+    )

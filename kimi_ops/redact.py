@@ -1,0 +1,134 @@
+"""Secrets: which values are secret, and how to hide them in anything shown (pure).
+
+A ``kimi.env`` value is secret when its NAME contains one of ``kimi.secret_patterns``
+(case-insensitive: TOKEN, KEY, SECRET, PASSWORD, CREDENTIAL, PASS, AUTH, ... ). Secret values
+never go into the launch script: they reach the server only through the 0600 env file. Every
+text kimi-ops shows (results, diffs, JSON, errors, log lines) passes through :func:`mask`, which
+replaces each known secret value with ``***``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .defaults import DEFAULTS
+
+MASK = "***"
+
+#: Substrings of a variable name that make its value a secret (``kimi.secret_patterns``).
+DEFAULT_SECRET_PATTERNS: tuple[str, ...] = tuple(DEFAULTS["secret_patterns"])
+
+#: vLLM flags whose value is a secret (``--api-key X`` or ``--api-key=X``).
+SECRET_FLAGS: tuple[str, ...] = ("--api-key",)
+
+#: Values shorter than this are not masked by value (masking "1" would blank every digit);
+#: they are still kept out of the launch script by name.
+MIN_MASK_LENGTH = 4
+
+
+def is_secret_name(name: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS) -> bool:
+    upper = name.upper()
+    return any(p.upper() in upper for p in patterns if p)
+
+
+def split_env(
+    env: Mapping[str, str], patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(public, secret): the environment split by :func:`is_secret_name`."""
+    public = {k: v for k, v in env.items() if not is_secret_name(k, patterns)}
+    secret = {k: v for k, v in env.items() if is_secret_name(k, patterns)}
+    return public, secret
+
+
+def redact_env(
+    env: Mapping[str, str], patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS
+) -> dict[str, str]:
+    """The environment with every secret value shown as ``***``."""
+    return {k: MASK if is_secret_name(k, patterns) else v for k, v in env.items()}
+
+
+def flag_secrets(args: Iterable[Any]) -> list[str]:
+    """Values of secret flags (``--api-key X``, ``--api-key=X``) in an argument list."""
+    items = [str(a) for a in args]
+    out: list[str] = []
+    for i, arg in enumerate(items):
+        for flag in SECRET_FLAGS:
+            if arg == flag and i + 1 < len(items):
+                out.append(items[i + 1])
+            elif arg.startswith(flag + "="):
+                out.append(arg[len(flag) + 1 :])
+    return out
+
+
+def config_secrets(config: Mapping[str, Any], environ: Mapping[str, str]) -> set[str]:
+    """Every secret value a raw ``kimi`` section (not yet validated) can bring in: secret-named
+    ``env`` values (also under ``host_overrides``), ``api_key``, the variables ``api_key_env``
+    and ``secret_env`` name, and secret flags in ``extra_args``. Tolerant of wrong types, so it
+    can run before validation (an error message must not show a secret either)."""
+    found: set[str] = set()
+    sections: list[Mapping[str, Any]] = [config]
+    overrides = config.get("host_overrides")
+    if isinstance(overrides, Mapping):
+        sections += [v for v in overrides.values() if isinstance(v, Mapping)]
+    patterns = config.get("secret_patterns")
+    if not isinstance(patterns, (list, tuple)) or not all(isinstance(p, str) for p in patterns):
+        patterns = DEFAULT_SECRET_PATTERNS
+    for section in sections:
+        env = section.get("env")
+        if isinstance(env, Mapping):
+            for k, v in env.items():
+                if is_secret_name(str(k), patterns):
+                    found |= _strings(v)
+        found |= _strings(section.get("api_key"))
+        for name_key in ("api_key_env",):
+            name = section.get(name_key)
+            if isinstance(name, str) and environ.get(name):
+                found.add(environ[name])
+        names = section.get("secret_env")
+        if isinstance(names, (list, tuple)):
+            found |= {environ[n] for n in names if isinstance(n, str) and environ.get(n)}
+        args = section.get("extra_args")
+        if isinstance(args, (list, tuple)):
+            found |= set(flag_secrets(args))
+    return {v for v in found if v}
+
+
+def _strings(value: Any) -> set[str]:
+    """Every string (or number, as text) in a value, however nested (a secret given with the
+    wrong type must stay hidden in the error that says so)."""
+    if isinstance(value, Mapping):
+        return set().union(*(_strings(v) for v in value.values())) if value else set()
+    if isinstance(value, (list, tuple, set)):
+        return set().union(*(_strings(v) for v in value)) if value else set()
+    if value is None or isinstance(value, bool):
+        return set()
+    return {str(value)}
+
+
+class Masker:
+    """Replaces known secret values in text with ``***`` (longest first, so a secret that
+    contains another is hidden whole)."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self.values: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self.add(values)
+
+    def add(self, values: Iterable[str]) -> None:
+        new = {v for v in values if isinstance(v, str) and len(v) >= MIN_MASK_LENGTH}
+        if new - self.values:
+            self.values |= new
+            ordered = sorted(self.values, key=len, reverse=True)
+            self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
+
+    def __call__(self, text: str) -> str:
+        if self._pattern is None or not text:
+            return text
+        return self._pattern.sub(MASK, text)
+
+
+def mask(text: str, values: Iterable[str]) -> str:
+    """``text`` with every value of ``values`` replaced by ``***``."""
+    return Masker(values)(text)

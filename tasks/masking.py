@@ -1,0 +1,51 @@
+"""Every secret stays hidden in what fab prints: stdout and stderr pass through a masker.
+
+:func:`install` collects the secret values the ``kimi`` configuration can bring in
+(:func:`kimi_ops.redact.config_secrets`: secret-named ``env`` values, the API key, ``secret_env``
+variables, ``--api-key`` in ``extra_args``) and wraps ``sys.stdout`` and ``sys.stderr`` so each
+write shows them as ``***``: step results, diffs (an old launch script that still held a token),
+JSON, errors, log lines from the host, tracebacks under ``fab -d``. The launch script and the
+preflight report leave secret-named values out by construction; this is the net under them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from kimi_ops.redact import Masker, config_secrets
+
+MASKER = Masker()
+
+
+class MaskingStream:
+    """A text stream that masks secrets in everything written to it."""
+
+    def __init__(self, stream: TextIO, masker: Masker) -> None:
+        self._stream = stream
+        self._masker = masker
+
+    def write(self, text: str) -> int:
+        self._stream.write(self._masker(text))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, ...
+        return getattr(self._stream, name)
+
+
+def install(config: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Masker:
+    """Learn the secrets of ``config`` (the raw ``kimi`` section, plus command-line overrides)
+    and make sure stdout and stderr mask them. Safe to call more than once."""
+    merged = {**dict(config), **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    MASKER.add(config_secrets(merged, os.environ))
+    if not isinstance(sys.stdout, MaskingStream):
+        sys.stdout = MaskingStream(sys.stdout, MASKER)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, MaskingStream):
+        sys.stderr = MaskingStream(sys.stderr, MASKER)  # type: ignore[assignment]
+    return MASKER

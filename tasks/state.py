@@ -1,0 +1,181 @@
+"""The deployment's state on a host: status, the stop marker, and "what runs now" lines.
+
+:func:`status` gathers the facts in one round trip (plus the HTTP probe when the server lives)
+and :func:`kimi_ops.hoststate.classify` names the state; ``fab status`` exits with its code.
+:func:`mark_stopping` is called before kimi-ops ends a server on purpose, so status and verify can
+tell a stopped server from a crashed one. :func:`now_line` says what runs on the host now, for
+reports of runs that ended half way (a failed launch, Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from kimi_ops import facts as facts_mod
+from kimi_ops import hoststate, procs
+from kimi_ops import script as launch_script
+from kimi_ops import verify as vfy
+from kimi_ops.cpu import STATUS_MEMORY_COMMAND, memory_status, memory_status_line
+from kimi_ops.defaults import CURRENT_LOG, LAUNCH_ID_FILE, PIDFILE
+from kimi_ops.diagnose import diagnose
+from kimi_ops.hoststate import HostState, StateFacts
+from kimi_ops.profile import Profile
+from kimi_ops.result import StepResult, failed, ok
+from kimi_ops.shell import quote as q
+
+from .host import Host
+from .steps import _probe_command
+
+#: Bytes of the current log status reads for the diagnosis.
+LOG_TAIL_BYTES = 262144
+
+
+def _run_dir(p: Profile) -> str:
+    return p.run_dir.rstrip("/") or "/"
+
+
+def mark_stopping(h: Host, p: Profile, *, step: str) -> None:
+    """Before ending the server: mark its launch as ended on purpose by this run (who, which
+    process, which step, when). Written only while the server lives."""
+    if h.dry:
+        return
+    at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    detail = f"by={who} pid={os.getpid()} step={step} at={at}"
+    h.run(hoststate.stop_marker_command(_run_dir(p), detail), step=step, check=False)
+
+
+def deployment_orphans(
+    listing: procs.Listing,
+    p: Profile,
+    pidfile_pid: int | None,
+    launch_id: str | None,
+    server_alive: bool,
+) -> list[int]:
+    """Processes of this deployment (the ownership rule: :func:`kimi_ops.procs.owned_processes`)
+    that are alive although its server is not; with the server alive, those whose own server
+    (their session leader) is gone, e.g. an older launch's leftovers."""
+    selection = procs.owned_processes(listing, _run_dir(p), pidfile_pid, launch_id, port=p.port)
+    if server_alive:
+        return sorted(selection.orphans)
+    return sorted(selection.pids)
+
+
+def _gather_command(r: str, nvidia_smi: str) -> str:
+    log = q(f"{r}/{CURRENT_LOG}")
+    return (
+        f'pid=$(cat {q(r + "/" + PIDFILE)} 2>/dev/null || true); echo "pid=$pid"; '
+        f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
+        f'echo "stop=$(head -n 1 {q(r + "/" + hoststate.STOP_MARKER)} 2>/dev/null)"; '
+        'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
+        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
+        f"{STATUS_MEMORY_COMMAND}; "
+        f'echo "gpu=$({nvidia_smi} '
+        "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
+        "| tr '\\n' ';')\"; "
+        f'if [ -e {log} ]; then echo "log=1"; else echo "log=0"; fi; '
+        f"echo @@ps; {procs.LISTING_COMMAND}; "
+        f"echo @@log; tail -c {LOG_TAIL_BYTES} {log} 2>/dev/null; true"
+    )
+
+
+def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str]]:
+    """The state facts without the HTTP probe (one round trip), and the raw key=value info."""
+    r = _run_dir(p)
+    out = h.run(
+        _gather_command(r, facts_mod.nvidia_smi_command(p)), step=step, mutating=False, timeout=60
+    )
+    head, _, rest = out.stdout.partition("@@ps\n")
+    ps_text, _, log = rest.partition("@@log\n")
+    info = launch_script.parse_key_values(head)
+    args = info.get("args", "")
+    alive = bool(args) and (procs.server_args(args) is not None or procs.is_vllm_title(args))
+    pid_text = info.get("pid", "").strip()
+    pid = int(pid_text) if pid_text.isdigit() else None
+    launch_id = info.get("launch_id", "").strip() or None
+    facts = StateFacts(
+        launch_id=launch_id,
+        pid=pid,
+        alive=alive,
+        log_exists=info.get("log") == "1",
+        log_path=f"{r}/{CURRENT_LOG}",
+        diagnosis=diagnose(log, {"port": p.port}),
+        stop=hoststate.parse_stop_marker(info.get("stop", "")),
+        orphans=tuple(deployment_orphans(procs.parse_listing(ps_text), p, pid, launch_id, alive)),
+    )
+    return facts, info
+
+
+def now_line(h: Host, p: Profile, *, step: str) -> str:
+    """One line: what runs on the host now (no HTTP probe, so it is quick)."""
+    try:
+        facts, _ = gather(h, p, step=step)
+    except Exception as exc:  # the report of a failed run must not fail itself
+        return f"now: unknown (could not read the host's state: {exc})"
+    if facts.alive:
+        stage = facts.diagnosis.stage or "starting"
+        return (
+            f"now: server PID {facts.pid} (launch {facts.launch_id}) is running "
+            f"(log stage {stage}; `fab verify` checks it)"
+        )
+    state = hoststate.classify(facts)
+    return f"now: {state.state}: {state.message}; nothing serves on port {p.port}"
+
+
+def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, HostState]:
+    """Process, PID, uptime, stage, health, GPU memory, and the state (with its exit code)."""
+    facts, info = gather(h, p, step=step)
+    diag = facts.diagnosis
+    lines = [f"launch: {facts.launch_id or 'none'}"]
+    lines.append(
+        f"stage: {diag.stage or 'none'}" + (f" ({diag.progress})" if diag.progress else "")
+    )
+    if facts.log_exists:
+        lines.append(f"log: {diag.label}" + (f": {diag.summary}" if diag.failed else ""))
+    else:
+        lines.append(f"log: {facts.log_path} is missing")
+    memory = memory_status(info)
+    if info.get("gpu"):
+        lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
+    elif line := memory_status_line(memory):
+        lines.append(line)  # a CPU host (no nvidia-smi): the server's RSS and host memory
+    if facts.alive and facts.orphans:
+        pids = ", ".join(str(x) for x in facts.orphans)
+        lines.append(f"orphans of an earlier launch: {pids} (`fab kill-stale` ends them)")
+    data: dict[str, object] = {
+        "pid": facts.pid,
+        "alive": facts.alive,
+        "uptime": info.get("etime") if facts.alive else None,
+        "launch_id": facts.launch_id,
+        "orphans": list(facts.orphans),
+        "diagnosis": diag.to_dict() if facts.log_exists else None,  # no log: no label
+        "memory": memory,
+    }
+    if facts.alive:
+        probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=60)
+        result = vfy.parse_probe(probe.stdout + probe.stderr)
+        data["health"] = result.health
+        http = result.describe(p.served_model_name)
+        lines.append("http: " + http)
+        facts = replace(facts, answered=result.ready_for(p.served_model_name), http=http)
+        lines.insert(0, f"uptime: {info.get('etime', '?')}")
+    state = hoststate.classify(facts)
+    data["state"] = state.state
+    data["code"] = state.code
+    message = f"{state.state}: {state.message}"
+    res = ok if state.serving else failed
+    hint = "" if state.serving else diag.hint if diag.failed else _STATE_HINTS[state.state]
+    return res(step, message, lines=tuple(lines), data=data, hint=hint), state
+
+
+_STATE_HINTS = {
+    "starting": "`fab verify` waits until it answers",
+    "stopped": "`fab deploy` starts it",
+    "crashed": "`fab diagnose` names the cause from the log; `fab deploy` starts it again",
+    "orphans": "`fab stop` ends them",
+    "unresponsive": "`fab logs` shows what it does; `fab deploy --restart` replaces it",
+}

@@ -1,0 +1,367 @@
+"""Issue 12, "Reports that lie": every report says the state the host is really in.
+
+Real `fab` command line, real sshd on 127.0.0.1, the stand-in engine (it EMULATES vLLM; no model).
+Processes are ended only by PID, and only ones this test started (the servers its deploys
+launched, the lock holder its sshd runs, a decoy it spawned).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .deployment import Deployment, make_deployment
+from .harness import (
+    REPO_ROOT,
+    SshdHost,
+    base_config,
+    deep_merge,
+    fab_executable,
+    fab_host_args,
+    kill_pid_tree_started_by_test,
+    pid_alive,
+    run_fab,
+)
+
+pytestmark = pytest.mark.e2e
+
+#: `fab status` exit codes: a documented contract (README, `fab status --help`), so spelled out
+#: here rather than imported from the code under test.
+STATE_CODES = {"serving": 0, "starting": 3, "stopped": 4, "crashed": 5, "orphans": 6}
+
+
+def wait_until(pred, timeout: float = 20.0, step: float = 0.05) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+class Background:
+    """A `fab` run in the background (its own process group), output in a file."""
+
+    def __init__(self, dep: Deployment, *args: str, **kimi: object) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="kimi-e2e-bg-"))
+        cfg = self.dir / "fab-config.json"
+        cfg.write_text(json.dumps(dep.config(**kimi), default=str))
+        self.out = self.dir / "out.txt"
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        cmd = [str(fab_executable()), *fab_host_args(dep.sshd), "-f", str(cfg), *args]
+        with open(self.out, "w") as fh:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def text(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@contextlib.contextmanager
+def background(dep: Deployment, *args: str, **kimi: object) -> Iterator[Background]:
+    bg = Background(dep, *args, **kimi)
+    try:
+        yield bg
+    finally:
+        bg.close()
+        dep.remember_server()
+
+
+def holder_pid(dep: Deployment, step: str = "deploy") -> int | None:
+    """The remote lock holder's PID (our sshd's session child), from the lock's holder file."""
+    try:
+        text = (dep.run_dir / "kimi-ops.lock.holder").read_text()
+    except OSError:
+        return None
+    m = re.search(r"step=(\S+) .*remote_pid=(\d+)", text)
+    if m is None or m.group(1) != step or not pid_alive(int(m.group(2))):
+        return None
+    return int(m.group(2))
+
+
+def status_line(run_output: str) -> str:
+    return next(ln for ln in run_output.splitlines() if " status: " in ln)
+
+
+# --- 1, 2: status states with exit codes; verify after stop ---------------------------------
+
+
+def test_status_says_serving_stopped_crashed_with_distinct_codes(dep: Deployment) -> None:
+    none = dep.fab("status")
+    assert none.returncode == STATE_CODES["stopped"], none.describe()
+    assert "nothing was ever launched" in none.output
+
+    assert dep.fab("deploy").ok
+    serving = dep.fab("status")
+    assert serving.returncode == 0 and "serving:" in status_line(serving.output), serving.describe()
+
+    stop = dep.fab("stop")
+    assert stop.ok, stop.describe()
+    stopped = dep.fab("status")
+    assert stopped.returncode == STATE_CODES["stopped"], stopped.describe()
+    assert "stopped:" in status_line(stopped.output) and "step=stop" in stopped.output
+    assert not status_line(stopped.output).startswith("ok:")
+    # 2: verify after a clean stop reads as stopped, not as a crash with an OOM hint.
+    verify = dep.fab("verify")
+    assert verify.returncode != 0, verify.describe()
+    assert "stopped" in verify.output and "dmesg" not in verify.output, verify.describe()
+    assert "OOM" not in verify.output
+
+    assert dep.fab("deploy").ok
+    server = dep.pidfile_pid()
+    assert server is not None
+    kill_pid_tree_started_by_test(server)  # dies without kimi-ops: a crash
+    crashed = dep.fab("status")
+    assert crashed.returncode == STATE_CODES["crashed"], crashed.describe()
+    assert "crashed:" in status_line(crashed.output)
+    assert "kimi-ops did not" in crashed.output or "without kimi-ops" in crashed.output
+
+
+def test_status_says_starting_while_the_server_loads(dep: Deployment) -> None:
+    assert dep.fab("patch-kv-config").ok  # the emulated vLLM 0.17.1 on SM120 needs it
+    assert dep.fab("upload-script", standin={"load_seconds": 30}).ok
+    assert dep.fab("launch", standin={"load_seconds": 30}).ok
+    starting = dep.fab("status")
+    assert starting.returncode == STATE_CODES["starting"], starting.describe()
+    assert "starting:" in status_line(starting.output)
+
+
+def test_status_names_orphans_of_the_deployment(dep: Deployment) -> None:
+    """A process of this deployment (its environment names this run_dir, as the launch script
+    sets it) alive after its server is gone: orphans. An unrelated one on the port is not."""
+    assert dep.fab("deploy").ok
+    server = dep.pidfile_pid()
+    launch_id = (dep.run_dir / "launch.id").read_text().strip()
+    env = dict(os.environ, KIMI_OPS_RUN_DIR=str(dep.run_dir), KIMI_OPS_LAUNCH_ID=launch_id)
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        assert server is not None
+        kill_pid_tree_started_by_test(server)
+        run = dep.fab("status")
+        assert run.returncode == STATE_CODES["orphans"], run.describe()
+        assert "orphans:" in status_line(run.output) and str(orphan.pid) in run.output
+    finally:
+        orphan.kill()
+        orphan.wait()
+    gone = dep.fab("status")
+    assert gone.returncode == STATE_CODES["crashed"], gone.describe()
+
+
+def test_fleet_status_recap_and_json_carry_the_state(
+    dep: Deployment, make_sshd, sshd: SshdHost
+) -> None:
+    other = make_sshd("127.0.0.2")
+    hosts = [sshd, other]
+    config = deep_merge(dep.config(), base_config(hosts))
+    assert dep.fab("deploy").ok
+    up = run_fab(hosts, "status", "--json", config=config)
+    assert up.returncode == 0, up.describe()
+    assert [h["result"] for h in json.loads(up.stdout)["hosts"]] == ["serving", "serving"]
+    assert dep.fab("stop").ok
+    down = run_fab(hosts, "status", "--json", config=config)
+    assert down.returncode == STATE_CODES["stopped"], down.describe()
+    rows = json.loads(down.stdout)["hosts"]
+    assert [h["result"] for h in rows] == ["stopped", "stopped"], down.describe()
+    table = run_fab(hosts, "status", config=config)
+    assert table.returncode == STATE_CODES["stopped"]
+    recap = table.stdout[table.stdout.index("RECAP") :]
+    assert recap.count("stopped") == 2 and " ok " not in recap, table.describe()
+
+
+# --- 4: a lost lock stops the run; verify follows only its own launch -------------------------
+
+
+def test_a_lost_lock_holder_stops_the_deploy_before_it_changes_more(dep: Deployment) -> None:
+    with background(dep, "deploy") as run:
+        assert wait_until(lambda: holder_pid(dep) is not None), run.text()
+        pid = holder_pid(dep)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # as if the SSH channel dropped: the holder dies
+        code = run.wait()
+        out = run.text()
+    assert code != 0, out
+    assert "lost the deployment lock" in out, out
+    assert "verify: ready" not in out
+    assert "launch: started" not in out, out  # stopped before it launched anything
+
+
+def test_verify_never_follows_a_server_another_run_launched(dep: Deployment) -> None:
+    with background(dep, "deploy", standin={"load_seconds": 8}) as first:
+        assert wait_until(lambda: "launch: started" in first.text(), 60), first.text()
+        pid = holder_pid(dep)
+        assert pid is not None, first.text()
+        os.kill(pid, signal.SIGKILL)  # the first run's lock is gone (dropped connection)
+        second = dep.fab("deploy")  # takes the lock, ends the first server, launches its own
+        assert second.ok, second.describe()
+        code = first.wait()
+        out = first.text()
+    assert code != 0, out
+    assert "verify: ready" not in out, out
+    assert "replaced it" in out or "ended on purpose" in out, out
+
+
+# --- 5, 6: dry runs decide like real ones; the checkpoint's state is part of "unchanged" ----
+
+
+def test_dry_deploy_on_an_identical_healthy_server_changes_nothing(dep: Deployment) -> None:
+    first = dep.fab("deploy")
+    assert first.ok, first.describe()
+    plan = [ln.split("plan: ", 1)[1] for ln in first.output.splitlines() if "plan: " in ln]
+    assert plan and len(plan) == len(set(plan)), first.describe()  # each plan line once
+    server = dep.pidfile_pid()
+    dry = dep.fab("deploy", "--dry")
+    assert dry.ok, dry.describe()
+    assert "nothing changed" in dry.output and "would end" not in dry.output, dry.describe()
+    assert dep.pidfile_pid() == server and server is not None and pid_alive(server)
+
+
+def test_deploy_after_restore_patches_the_checkpoint_again(dep: Deployment) -> None:
+    assert dep.fab("deploy").ok
+    server = dep.pidfile_pid()
+    assert dep.fab("patch-kv-config", "--restore").ok
+    assert "kv_cache_scheme" in (dep.model / "config.json").read_text()
+    again = dep.fab("deploy")
+    assert again.ok, again.describe()
+    assert "changed: [" in again.output and "patch-kv-config: removed" in again.output
+    assert "kv_cache_scheme" not in (dep.model / "config.json").read_text()
+    assert dep.pidfile_pid() == server  # the server (loaded from the patched config) stays
+
+
+# --- 7: a full run_dir is refused before anything is killed ---------------------------------
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "kimi-e2e-tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_run_dir_is_refused_before_the_healthy_server_is_ended(
+    sshd: SshdHost, tmp_path: Path, small_tmpfs: Path
+) -> None:
+    (tmp_path / "dep").mkdir()
+    d = make_deployment(sshd, tmp_path / "dep")
+    run_dir = small_tmpfs / "run"
+    try:
+        first = d.fab("deploy", run_dir=str(run_dir))
+        assert first.ok, first.describe()
+        d.started.append(int((run_dir / "server.pid").read_text()))
+        server = d.started[-1]
+        with contextlib.suppress(OSError), open(small_tmpfs / "filler", "wb") as fh:
+            while True:  # fill it up
+                fh.write(b"\0" * 4096)
+                fh.flush()
+        run = d.fab("deploy", "--restart", run_dir=str(run_dir))
+        assert run.returncode != 0, run.describe()
+        assert "failed: [" in run.output and "preflight" in run.output
+        assert re.search(r"only \d+(\.\d)? (B|KiB) free", run.output), run.describe()
+        assert "MiB" in run.output and "0.0 GiB" not in run.output
+        assert "kill-stale" not in run.output and pid_alive(server)
+        assert "see the launcher output above" not in run.output
+    finally:
+        d.cleanup()
+
+
+# --- 8: the state now, after a deleted log, a Ctrl-C and a launch that never started --------
+
+
+def test_a_deleted_log_is_named_and_the_server_still_checked(dep: Deployment) -> None:
+    assert dep.fab("deploy").ok
+    current = dep.run_dir / "current.log"
+    current.resolve().unlink()
+    status = dep.fab("status")
+    assert status.returncode == 0 and "serving:" in status_line(status.output), status.describe()
+    assert "is missing" in status.output
+    logs = dep.fab("logs")
+    assert logs.returncode != 0 and "the log was deleted" in logs.output, logs.describe()
+    assert "nothing has been launched" not in logs.output
+    verify = dep.fab("verify")
+    assert verify.ok and "ready" in verify.output, verify.describe()
+    server = dep.pidfile_pid()
+    assert server is not None
+    kill_pid_tree_started_by_test(server)
+    gone = dep.fab("status")
+    assert gone.returncode == STATE_CODES["crashed"], gone.describe()
+    assert "missing (deleted?)" in gone.output
+    after = dep.fab("verify")
+    assert after.returncode != 0 and "never started" not in after.output, after.describe()
+    assert "missing (deleted?)" in after.output
+
+
+def test_ctrl_c_after_the_old_server_was_ended_says_what_runs_now(dep: Deployment) -> None:
+    assert dep.fab("deploy").ok
+    old = dep.pidfile_pid()
+    with background(dep, "deploy", "--restart", standin={"load_seconds": 8}) as run:
+        assert wait_until(lambda: "kill-stale: ended" in run.text(), 60), run.text()
+        os.killpg(run.proc.pid, signal.SIGINT)  # Ctrl-C to the fab process group we started
+        code = run.wait()
+        out = run.text()
+    assert code == 130, out
+    assert old is not None and not pid_alive(old)
+    now = next((ln for ln in out.splitlines() if "now: " in ln), "")
+    assert now, out
+    assert "interrupted after: preflight ok, kill-stale changed" in out, out
+    server = dep.pidfile_pid()
+    if "is running" in now:
+        assert server is not None and server != old and pid_alive(server)
+        assert f"PID {server}" in now
+    else:
+        assert f"nothing serves on port {dep.port}" in now and "stopped" in now, out
+
+
+def test_a_launch_that_never_started_says_nothing_runs_now(dep: Deployment) -> None:
+    missing = str(dep.root / "no-such-env" / "bin" / "python3")
+    assert dep.fab("upload-script", python=missing).ok
+    launch = dep.fab("launch", python=missing)
+    assert launch.returncode != 0 and "never started" in launch.output, launch.describe()
+    now = next((ln for ln in launch.output.splitlines() if "now: " in ln), "")
+    assert "nothing was ever launched here" in now, launch.describe()
+    assert f"nothing serves on port {dep.port}" in now
+    assert "see the launcher output above" not in launch.output

@@ -1,0 +1,74 @@
+"""Issue 12 item 9: secret-named env values stay out of the launch script and every report."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kimi_ops.preflight import build_plan, preflight_report
+from kimi_ops.profile import load_profile, secret_env_values
+from kimi_ops.redact import Masker, config_secrets, is_secret_name
+from kimi_ops.script import render_launch_script
+
+PATTERNS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "AUTH")
+
+names = st.builds(
+    lambda pre, pat, post: f"{pre}{pat}{post}",
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True),
+    st.sampled_from(PATTERNS).flatmap(lambda p: st.sampled_from([p, p.lower(), p.title()])),
+    st.from_regex(r"[A-Za-z0-9_]{0,6}", fullmatch=True),
+)
+values = st.text(alphabet="abcdefXYZ0123456789-_/+=.:@ '\"$`\\", min_size=8, max_size=40).map(
+    lambda t: "zq!" + t
+)
+
+
+@given(name=names, value=values)
+def test_a_secret_named_env_value_is_only_in_the_env_file(name: str, value: str) -> None:
+    profile = load_profile({"env": {name: value, "NCCL_DEBUG": "WARN"}, "run_dir": "/srv/k"})
+    assert is_secret_name(name, profile.secret_patterns)
+    script = render_launch_script(profile)
+    assert value not in script and f"export {name}=" not in script
+    assert "export NCCL_DEBUG=WARN" in script
+    assert secret_env_values(profile, {})[name] == value
+    assert value not in repr(profile) and value not in json.dumps(profile.to_public_dict())
+    assert Masker(config_secrets(profile.to_dict(), {}))(f"x {value} y") == "x *** y"
+
+
+def test_the_preflight_report_shows_secret_env_as_stars() -> None:
+    profile = load_profile({"env": {"HF_TOKEN": "hf_abcdef123", "NCCL_DEBUG": "INFO"}})
+    from kimi_ops.facts import HostFacts
+
+    plan = build_plan(profile, HostFacts())
+    report = preflight_report((), plan, profile.secret_patterns)
+    assert report["plan"]["env"]["HF_TOKEN"] == "***"
+    assert "hf_abcdef123" not in json.dumps(report)
+
+
+def test_secret_patterns_are_configurable() -> None:
+    profile = load_profile({"env": {"UPSTREAM_BEARER": "b-123456"}, "run_dir": "/srv/k"})
+    assert "b-123456" in render_launch_script(profile)  # not a default pattern
+    custom = load_profile(
+        {"env": {"UPSTREAM_BEARER": "b-123456"}, "run_dir": "/srv/k", "secret_patterns": ["BEARER"]}
+    )
+    assert "b-123456" not in render_launch_script(custom)
+
+
+def test_masker_hides_api_key_flags_and_nested_wrong_types() -> None:
+    config = {
+        "extra_args": ["--api-key", "sk-live-1", "--x", "--api-key=sk-live-2"],
+        "env": {"MY_TOKEN": ["tok-nested-1"]},
+    }
+    mask = Masker(config_secrets(config, {}))
+    assert mask("a sk-live-1 b sk-live-2 c ['tok-nested-1']") == "a *** b *** c ['***']"
+
+
+def test_with_timeout_round_trips_any_one_line_command() -> None:
+    from kimi_ops.shell import with_timeout, without_timeout
+
+    for command in ["true", "cat '/a b/c' | head -c 5; echo \"$x\"", "printf '%s' \"it's\""]:
+        wrapped = with_timeout(command, 7)
+        assert wrapped.startswith("timeout -k 5 7 bash -c ")
+        assert without_timeout(wrapped) == command
