@@ -30,6 +30,28 @@ STANDIN_DEFAULTS: dict[str, Any] = {
     "state_file": None,
 }
 
+#: ``kimi.router``: where the router runs and how it checks the replicas. ``port`` unset means no
+#: router is configured (see kimi_ops/router.py).
+ROUTER_DEFAULTS: dict[str, Any] = {
+    # "local" (the machine running fab) or an SSH target user@host[:port].
+    "host": "local",
+    "bind": "0.0.0.0",
+    "port": None,
+    "balance": "leastconn",
+    "health_path": "/health",
+    "check_interval": 2.0,  # seconds between health checks of each replica
+    "fall": 2,  # failed checks before a replica is marked DOWN
+    "rise": 2,  # passed checks before it is UP again
+    "run_dir": "~/kimi-ops-router",
+    "haproxy": "haproxy",
+    "python": "python3",  # runs the HTTP probe and, without socat, the admin-socket client
+    "request_timeout": 600.0,  # seconds a replica may take to answer (long generations)
+    "drain_timeout": 300.0,  # seconds a rolling deploy waits for a drained replica's sessions
+    "ready_timeout": 60.0,  # seconds to wait for replicas to be UP after a change
+    # fleet host name -> "address[:port]" the router uses to reach that replica's server.
+    "addresses": {},
+}
+
 DEFAULTS: dict[str, Any] = {
     # What to serve.
     "model": "/models/Kimi-K2.5-NVFP4",
@@ -99,6 +121,8 @@ DEFAULTS: dict[str, Any] = {
     "hosts": [],
     "host_overrides": {},
     "parallel": 8,
+    # Replicas behind one endpoint (HAProxy).
+    "router": dict(ROUTER_DEFAULTS),
 }
 
 #: File names inside ``run_dir``.

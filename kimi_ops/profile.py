@@ -18,6 +18,8 @@ from packaging.version import InvalidVersion, Version
 from .defaults import DEFAULTS, STANDIN_DEFAULTS
 from .errors import ProfileError
 from .redact import MASK, Masker, flag_secrets, is_secret_name, redact_env
+from .router import RouterSettings, parse_router
+from .sections import merged_section
 
 ENGINES = ("vllm", "standin")
 DEVICES = ("auto", "cuda", "cpu")
@@ -151,6 +153,7 @@ class Profile:
     hosts: tuple[str, ...] = ()
     host_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     parallel: int = DEFAULTS["parallel"]
+    router: RouterSettings = field(default_factory=RouterSettings)
 
     @property
     def is_standin(self) -> bool:
@@ -227,6 +230,7 @@ class Profile:
         out["secret_patterns"] = list(self.secret_patterns)
         out["hosts"] = list(self.hosts)
         out["host_overrides"] = {k: dict(v) for k, v in self.host_overrides.items()}
+        out["router"] = {**asdict(self.router), "addresses": dict(self.router.addresses)}
         return out
 
 
@@ -353,16 +357,9 @@ def _env(key: str, value: Any) -> dict[str, str]:
 
 
 def _standin(value: Any) -> StandinSettings:
-    if not isinstance(value, Mapping):
-        raise ProfileError("standin", f"must be a mapping, got {value!r}")
-    unknown = sorted(set(value) - set(STANDIN_DEFAULTS))
-    if unknown:
-        raise ProfileError(
-            f"standin.{unknown[0]}",
-            "is not a known key",
-            hint="known keys: " + ", ".join(sorted(STANDIN_DEFAULTS)),
-        )
-    data = {**STANDIN_DEFAULTS, **value}
+    if value is None:
+        raise ProfileError("standin", "must be a mapping, got None")
+    data = merged_section("standin", value, STANDIN_DEFAULTS)
     count = data["gpu_count"]
     if not _is_int(count) or count < 0:
         raise ProfileError("standin.gpu_count", f"must be a whole number >= 0, got {count!r}")
@@ -523,6 +520,7 @@ def load_profile(
         hosts=_str_list("hosts", data["hosts"]),
         host_overrides={str(k): dict(v) for k, v in overrides_map.items()},
         parallel=parallel,
+        router=parse_router(data["router"]),
     )
 
 

@@ -13,7 +13,7 @@ from invoke import Collection
 
 from kimi_ops.defaults import DEFAULTS
 
-from . import cli, config_files, demo
+from . import cli, config_files, demo, router
 
 config_files.install()  # a missing -f file, a misspelled section, a YAML error: one line
 
@@ -32,6 +32,9 @@ for _task in (
     cli.stop,
     cli.diagnose_task,
     demo.demo,
+    router.router_deploy,
+    router.router_status_task,
+    router.router_stop,
 ):
     ns.add_task(_task)
 ns.configure({"kimi": copy.deepcopy(DEFAULTS)})

@@ -25,6 +25,7 @@ from kimi_ops.hoststate import STATE_CODES, STATE_MEANINGS
 from kimi_ops.result import StepResult, format_result, skipped
 
 from . import masking, steps
+from . import router as router_tasks
 from . import state as host_state
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
 from .host import host_names, is_connection
@@ -228,6 +229,9 @@ def run_on_fleet(
             outcome.report = last.data.get("report")  # preflight's checks and plan
         return outcome
 
+    # With kimi.router: drain each host in the router, replace it, set it ready, confirm UP.
+    if step == "deploy" and rolling and not mine.get("dry"):
+        one = router_tasks.around_rolling(c, ov, one, quiet=as_json)
     outcomes = run_fleet(specs, one, parallel=parallel, fail_fast=fail_fast, rolling=rolling)
     if board is not None:  # the board showed one line per host: now the failures in full
         for rep in reporters:

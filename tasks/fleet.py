@@ -28,7 +28,10 @@ from kimi_ops.hoststate import STATE_CODES
 from .host import host_label
 
 #: Tasks that run on many hosts at once.
-FLEET_TASKS = frozenset({"deploy", "verify", "status", "stop", "preflight"})
+FLEET_TASKS = frozenset(
+    {"deploy", "verify", "status", "stop", "preflight"}
+    | {"router-deploy", "router-status", "router-stop"}  # the hosts are the router's replicas
+)
 
 
 class FleetExecutor(Executor):
