@@ -74,6 +74,8 @@ DEFAULTS: dict[str, Any] = {
     "hosts": [],
     "host_overrides": {},
     "parallel": 8,
+    # One model across several hosts on Ray: head, workers, Ray port (kimi_ops.cluster).
+    "cluster": {},
 }
 
 #: File names inside ``run_dir``.

@@ -97,7 +97,7 @@ def session(
     """Load and validate the profile, wrap the host, resolve run_dir; turn every KimiOpsError
     into a failed result and a non-zero exit without a traceback (unless debugging)."""
     reporter = reporter or Reporter(None, quiet=quiet)
-    try:
+    with task_errors(step, reporter):
         profile = load(c, overrides)
         if is_connection(c):
             profile = profile.for_host(c.host)  # kimi.host_overrides[host]
@@ -106,6 +106,14 @@ def session(
         reporter.host = host.name if host.remote else None
         profile = profile.with_run_dir(host.resolve(profile.run_dir))
         yield Session(host, profile, reporter, secrets, cancel)
+
+
+@contextmanager
+def task_errors(step: str, reporter: Reporter) -> Iterator[None]:
+    """Turn every KimiOpsError into a failed result (or an error line) and exit status 1,
+    without a traceback (unless debugging); Ctrl-C into exit status 130."""
+    try:
+        yield
     except Exit:
         raise
     except StepFailed as exc:

@@ -81,11 +81,14 @@ def kill_stale(
     step: str = "kill-stale",
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
+    include_orphans: bool = True,
 ) -> StepResult:
     """End this deployment's server: SIGTERM, a grace period, then SIGKILL. Never the shell
     running the command, its ancestors, or processes that merely mention vllm."""
     found, pidfile_pid = listing(h, p, step)
-    selection = procs.select_server_processes(found, port=p.port, pidfile_pid=pidfile_pid)
+    selection = procs.select_server_processes(
+        found, port=p.port, pidfile_pid=pidfile_pid, include_orphans=include_orphans
+    )
     if not selection.targets:
         return ok(step, f"no server process of this deployment (port {p.port}) is running")
     lines = tuple(selection.describe())

@@ -1,0 +1,259 @@
+"""Issue 14 (cluster): ``fab deploy`` on a two-node Ray cluster, against real Ray.
+
+Two nodes are two real sshd on loopback addresses (head 127.0.0.2, worker 127.0.0.3); each runs
+real Ray 2.58 (``ray start --block``, installed by scripts/ray_venv.sh) with its own ports,
+``--node-ip-address`` and temp dir. The engine is the stand-in (EMULATES vLLM, loads no model)
+in its Ray mode: it joins the cluster like vLLM's Ray executor and places one placeholder actor
+per rank across the nodes. Every process the test started is ended by PID afterwards: the
+``ray start`` leaders' process groups and the processes carrying the node's marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .deployment import make_deployment
+from .harness import (
+    REPO_ROOT,
+    FabRun,
+    SshdHost,
+    free_port,
+    kill_pid_tree_started_by_test,
+    pid_alive,
+    run_fab,
+    write_known_hosts,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="session")
+def ray_python() -> str:
+    """The cached venv with real Ray (installed once; CI runs the same script first)."""
+    out = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "ray_venv.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if out.returncode != 0:
+        pytest.fail(f"scripts/ray_venv.sh failed:\n{out.stderr}", pytrace=False)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def marked_pids(rdir: str) -> list[int]:
+    """Processes whose environment holds KIMI_OPS_RUN_DIR=<rdir> (what this test's deploy
+    started on that node)."""
+    want = f"KIMI_OPS_RUN_DIR={rdir}".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if want in env and pid_alive(int(entry)):
+            out.append(int(entry))
+    return out
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _ports(head: bool) -> list[str]:
+    low = free_port()
+    args = [
+        "--num-cpus",
+        "1",
+        "--object-store-memory",
+        "80000000",
+        "--node-manager-port",
+        str(free_port()),
+        "--object-manager-port",
+        str(free_port()),
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--dashboard-agent-grpc-port",
+        str(free_port()),
+        "--runtime-env-agent-port",
+        str(free_port()),
+        "--metrics-export-port",
+        str(free_port()),
+        "--min-worker-port",
+        str(max(20000, low - 200)),
+        "--max-worker-port",
+        str(max(20000, low - 200) + 60),
+    ]
+    if head:
+        args += [
+            "--ray-client-server-port",
+            str(free_port()),
+            "--dashboard-port",
+            str(free_port()),
+            "--include-dashboard",
+            "false",
+        ]
+    return args
+
+
+@pytest.fixture
+def cluster(make_sshd: Callable[..., SshdHost], tmp_path: Path, ray_python: str) -> Iterator[dict]:
+    head, worker = make_sshd("127.0.0.2"), make_sshd("127.0.0.3")
+    dep = make_deployment(None, tmp_path)
+    config = dep.config()
+    kimi = config["kimi"]
+    kimi["known_hosts"] = str(write_known_hosts([head, worker], tmp_path / "known_hosts"))
+    kimi["python"] = ray_python
+    kimi["tensor_parallel_size"] = 1
+    kimi["startup_timeout"] = 120
+    kimi["standin"] = {"load_seconds": 0.5, "gpu_count": 1}
+    runs = {"head": tmp_path / "run-head", "worker": tmp_path / "run-worker"}
+    # Ray's socket paths must fit in 107 bytes: a short temp dir per node.
+    temps = {k: tempfile.mkdtemp(prefix=f"kray-{k[0]}-") for k in runs}
+    kimi["cluster"] = {
+        "ray_port": free_port("127.0.0.2"),
+        "ready_timeout": 90,
+        "head": {
+            "host": head.target,
+            "node_ip": "127.0.0.2",
+            "run_dir": str(runs["head"]),
+            "temp_dir": temps["head"],
+            "ray_args": _ports(True),
+        },
+        "workers": [
+            {
+                "host": worker.target,
+                "node_ip": "127.0.0.3",
+                "run_dir": str(runs["worker"]),
+                "temp_dir": temps["worker"],
+                "ray_args": _ports(False),
+            }
+        ],
+    }
+    state = {
+        "config": config,
+        "key": str(head.key_path),
+        "dep": dep,
+        "rdirs": {k: str(v / "ray") for k, v in runs.items()},
+        "runs": runs,
+    }
+    try:
+        yield state
+    finally:
+        _cleanup(state)
+        for temp in temps.values():
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _cleanup(state: dict) -> None:
+    """End, by PID, what this test's deploys started: the server, each ray start's group and
+    every process with a node's marker."""
+    pidfile = state["runs"]["head"] / "server.pid"
+    if pidfile.exists() and pidfile.read_text().strip().isdigit():
+        pid = int(pidfile.read_text())
+        if pid_alive(pid):
+            kill_pid_tree_started_by_test(pid)
+    for rdir in state["rdirs"].values():
+        ray_pid = Path(rdir, "ray.pid")
+        pids = set(marked_pids(rdir))
+        if ray_pid.exists() and ray_pid.read_text().strip().isdigit():
+            leader = int(ray_pid.read_text())
+            pids.add(leader)
+        for pid in pids:
+            if pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def fab(state: dict, *args: str, timeout: float = 300) -> FabRun:
+    return run_fab(None, "-i", state["key"], *args, config=state["config"], timeout=timeout)
+
+
+def test_two_node_cluster_deploy_status_and_stop(cluster: dict) -> None:
+    rdirs = cluster["rdirs"]
+    run = fab(cluster, "deploy")
+    assert run.ok, run.describe()
+    out = run.output
+    assert "all 2 nodes joined with their GPUs" in out, run.describe()
+    assert "127.0.0.2: alive, 1 GPU(s)" in out and "127.0.0.3: alive, 1 GPU(s)" in out
+
+    # The server answers a chat completion ...
+    reply = cluster["dep"].chat("Hello!")
+    assert reply["choices"][0]["message"]["content"]
+    # ... and was started for PP 2 over Ray, its ranks placed on both nodes by real Ray.
+    log = (cluster["runs"]["head"] / "current.log").read_text(errors="replace")
+    assert '"--pipeline-parallel-size", "2"' in log, log[-3000:]
+    assert '"--distributed-executor-backend", "ray"' in log
+    assert "on node 127.0.0.2" in log and "on node 127.0.0.3" in log, log[-3000:]
+    assert "Ray executor: 2 worker(s) on 2 node(s): 127.0.0.2, 127.0.0.3" in log
+
+    # Each node's Ray processes carry that node's marker; the worker's rank actor runs there.
+    head_procs = {comm(p) for p in marked_pids(rdirs["head"])}
+    worker_pids = marked_pids(rdirs["worker"])
+    worker_procs = {comm(p) for p in worker_pids}
+    assert {"gcs_server", "raylet"} <= head_procs, head_procs
+    assert "raylet" in worker_procs and "gcs_server" not in worker_procs, worker_procs
+    assert any("RankActor" in c for c in worker_procs), worker_procs
+
+    status = fab(cluster, "status", timeout=120)
+    assert status.ok, status.describe()
+    assert "cluster 2 nodes up" in status.output
+    assert "worker " in status.output and "(127.0.0.3): up" in status.output
+
+    # Kill the worker's raylet: status names the node and the cause, and fails.
+    raylet = next(p for p in worker_pids if comm(p) == "raylet")
+    os.kill(raylet, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(pid_alive(p) for p in [raylet]):
+        time.sleep(0.2)
+    time.sleep(3)  # ray start --block notices and reports it in its log
+    broken = fab(cluster, "status", timeout=120)
+    assert broken.returncode == 1, broken.describe()
+    assert "(127.0.0.3): Ray is down: raylet exited (-9 (signal 9))" in broken.output, (
+        broken.describe()
+    )
+
+    # stop: no server and no Ray process of this cluster left on either node.
+    server_pid = int((cluster["runs"]["head"] / "server.pid").read_text())
+    stop = fab(cluster, "stop", timeout=180)
+    assert stop.ok, stop.describe()
+    assert not pid_alive(server_pid)
+    for node, rdir in rdirs.items():
+        assert marked_pids(rdir) == [], (node, marked_pids(rdir), stop.describe())
+    assert "none left" in stop.output
+    after = fab(cluster, "status", timeout=120)
+    assert after.ok and "cluster not running" in after.output, after.describe()
+
+
+def test_cluster_preflight_refuses_a_different_checkpoint(cluster: dict, tmp_path: Path) -> None:
+    """The worker's model differs (config.json): deploy stops at preflight, naming the worker,
+    before anything is started or killed."""
+    other = tmp_path / "other-model"
+    dep = cluster["dep"]
+    other.mkdir()
+    for f in dep.model.iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    (other / "config.json").write_text((dep.model / "config.json").read_text() + "\n")
+    cluster["config"]["kimi"]["cluster"]["workers"][0]["model"] = str(other)
+    run = fab(cluster, "deploy", timeout=120)
+    assert run.returncode == 1, run.describe()
+    assert "cluster-preflight" in run.output, run.describe()
+    assert "worker" in run.output and "config.json differs from the head's" in run.output
+    for rdir in cluster["rdirs"].values():
+        assert marked_pids(rdir) == []
+        assert not Path(rdir, "ray.pid").exists()
