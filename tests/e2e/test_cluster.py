@@ -257,3 +257,88 @@ def test_cluster_preflight_refuses_a_different_checkpoint(cluster: dict, tmp_pat
     for rdir in cluster["rdirs"].values():
         assert marked_pids(rdir) == []
         assert not Path(rdir, "ray.pid").exists()
+
+
+def test_standin_short_of_gpus_fails_with_vllms_words(ray_python: str, tmp_path: Path) -> None:
+    """A one-node Ray cluster with 1 GPU, a server asking for TP 1 x PP 2 over Ray: the
+    stand-in's Ray executor warns and then fails as vLLM's does (placement group timeout)."""
+    dep = make_deployment(None, tmp_path)
+    temp = tempfile.mkdtemp(prefix="kray-s-")
+    port = free_port("127.0.0.2")
+    ray = str(Path(ray_python).parent / "ray")
+    env = {**os.environ, "KIMI_OPS_RUN_DIR": temp}
+    head = subprocess.Popen(
+        [
+            ray,
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(port),
+            "--node-ip-address",
+            "127.0.0.2",
+            "--num-gpus",
+            "1",
+            "--temp-dir",
+            temp,
+            "--disable-usage-stats",
+            *_ports(True),
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        config = tmp_path / "standin.json"
+        config.write_text('{"gpu_count": 1, "ray_pg_timeout": 3, "load_seconds": 0.1}')
+        argv = [
+            ray_python,
+            str(REPO_ROOT / "kimi_ops" / "standin.py"),
+            "--model",
+            str(dep.model),
+            "--port",
+            str(free_port()),
+            "--host",
+            "127.0.0.1",
+            "--trust-remote-code",
+            "--tensor-parallel-size",
+            "1",
+            "--pipeline-parallel-size",
+            "2",
+            "--distributed-executor-backend",
+            "ray",
+        ]
+        run_env = {
+            **os.environ,
+            "RAY_ADDRESS": f"127.0.0.2:{port}",
+            "KIMI_STANDIN_CONFIG": str(config),
+            "VLLM_HOST_IP": "127.0.0.2",
+        }
+        deadline = time.monotonic() + 60
+        out = ""
+        while time.monotonic() < deadline:  # the GCS takes a few seconds to come up
+            proc = subprocess.run(argv, env=run_env, capture_output=True, text=True, timeout=120)
+            out = proc.stdout + proc.stderr
+            if "Connected to the Ray cluster" in out:
+                break
+            time.sleep(2)
+        assert proc.returncode == 1, out[-3000:]
+        assert "Connected to the Ray cluster at 127.0.0.2:" in out and ": 1 GPU(s)" in out
+        assert (
+            "The number of required GPUs exceeds the total number of available GPUs in the "
+            "placement group." in out
+        )
+        assert (
+            "ValueError: Cannot provide a placement group of placement_group_specs="
+            "[{'GPU': 1.0, 'node:127.0.0.2': 0.001}, {'GPU': 1.0}] within 3 seconds." in out
+        ), out[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait(timeout=30)
+        for pid in marked_pids(temp):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
