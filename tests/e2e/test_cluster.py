@@ -11,12 +11,16 @@ per rank across the nodes. Every process the test started is ended by PID afterw
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import random
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,12 +29,20 @@ import pytest
 from .deployment import make_deployment
 from .harness import (
     REPO_ROOT,
+    SSHD_BIN,
     FabRun,
     SshdHost,
+    SshdServer,
+    current_user,
+    fab_executable,
     free_port,
+    generate_key,
     kill_pid_tree_started_by_test,
+    known_hosts_name,
     pid_alive,
+    public_key_text,
     run_fab,
+    sshd_config_text,
     write_known_hosts,
 )
 
@@ -111,13 +123,19 @@ def _ports(head: bool) -> list[str]:
     return args
 
 
-@pytest.fixture
-def cluster(make_sshd: Callable[..., SshdHost], tmp_path: Path, ray_python: str) -> Iterator[dict]:
-    head, worker = make_sshd("127.0.0.2"), make_sshd("127.0.0.3")
+def _state(
+    tmp_path: Path,
+    ray_python: str,
+    hosts: list[SshdHost],
+    ips: list[str],
+    ray_args: list[list[str]],
+    ray_port: int,
+) -> dict:
+    """The fab config of a two-node stand-in cluster, and what the test needs to check it."""
     dep = make_deployment(None, tmp_path)
     config = dep.config()
     kimi = config["kimi"]
-    kimi["known_hosts"] = str(write_known_hosts([head, worker], tmp_path / "known_hosts"))
+    kimi["known_hosts"] = str(write_known_hosts(hosts, tmp_path / "known_hosts"))
     kimi["python"] = ray_python
     kimi["tensor_parallel_size"] = 1
     kimi["startup_timeout"] = 120
@@ -125,39 +143,46 @@ def cluster(make_sshd: Callable[..., SshdHost], tmp_path: Path, ray_python: str)
     runs = {"head": tmp_path / "run-head", "worker": tmp_path / "run-worker"}
     # Ray's socket paths must fit in 107 bytes: a short temp dir per node.
     temps = {k: tempfile.mkdtemp(prefix=f"kray-{k[0]}-") for k in runs}
+    nodes = [
+        {
+            "host": h.target,
+            "node_ip": ip,
+            "run_dir": str(runs[role]),
+            "temp_dir": temps[role],
+            "ray_args": args,
+        }
+        for h, ip, role, args in zip(hosts, ips, ("head", "worker"), ray_args, strict=True)
+    ]
     kimi["cluster"] = {
-        "ray_port": free_port("127.0.0.2"),
+        "ray_port": ray_port,
         "ready_timeout": 90,
-        "head": {
-            "host": head.target,
-            "node_ip": "127.0.0.2",
-            "run_dir": str(runs["head"]),
-            "temp_dir": temps["head"],
-            "ray_args": _ports(True),
-        },
-        "workers": [
-            {
-                "host": worker.target,
-                "node_ip": "127.0.0.3",
-                "run_dir": str(runs["worker"]),
-                "temp_dir": temps["worker"],
-                "ray_args": _ports(False),
-            }
-        ],
+        "head": nodes[0],
+        "workers": nodes[1:],
     }
-    state = {
+    return {
         "config": config,
-        "key": str(head.key_path),
+        "key": str(hosts[0].key_path),
         "dep": dep,
+        "ips": ips,
         "rdirs": {k: str(v / "ray") for k, v in runs.items()},
         "runs": runs,
+        "temps": temps,
+        "netns": None,
     }
+
+
+@pytest.fixture
+def cluster(make_sshd: Callable[..., SshdHost], tmp_path: Path, ray_python: str) -> Iterator[dict]:
+    """Two sshd on loopback addresses of this machine; each node its own Ray ports."""
+    hosts = [make_sshd("127.0.0.2"), make_sshd("127.0.0.3")]
+    ips = ["127.0.0.2", "127.0.0.3"]
+    state = _state(
+        tmp_path, ray_python, hosts, ips, [_ports(True), _ports(False)], free_port(ips[0])
+    )
     try:
         yield state
     finally:
         _cleanup(state)
-        for temp in temps.values():
-            shutil.rmtree(temp, ignore_errors=True)
 
 
 def _cleanup(state: dict) -> None:
@@ -178,29 +203,192 @@ def _cleanup(state: dict) -> None:
             if pid_alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+    for temp in state["temps"].values():
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def fab(state: dict, *args: str, timeout: float = 300) -> FabRun:
-    return run_fab(None, "-i", state["key"], *args, config=state["config"], timeout=timeout)
+    ns = state["netns"]
+    if ns is None:
+        return run_fab(None, "-i", state["key"], *args, config=state["config"], timeout=timeout)
+    # fab runs inside the head's namespace, the one place that reaches both nodes' sshd.
+    with tempfile.TemporaryDirectory(prefix="kimi-e2e-fab-") as tdir:
+        cfg = Path(tdir) / "fab-config.json"
+        cfg.write_text(json.dumps(state["config"]))
+        cmd = ["ip", "netns", "exec", ns[0], str(fab_executable()), "-f", str(cfg)]
+        cmd += ["-i", state["key"], *args]
+        started = time.monotonic()
+        try:
+            out = subprocess.run(
+                cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired as exc:
+            return FabRun(
+                tuple(cmd),
+                -9,
+                str(exc.stdout or ""),
+                str(exc.stderr or ""),
+                time.monotonic() - started,
+                True,
+                state["config"],
+            )
+    return FabRun(
+        tuple(cmd),
+        out.returncode,
+        out.stdout,
+        out.stderr,
+        time.monotonic() - started,
+        False,
+        state["config"],
+    )
 
 
-def test_two_node_cluster_deploy_status_and_stop(cluster: dict) -> None:
+def chat(state: dict) -> dict:
+    """A chat completion to the head's server (inside the head's namespace when there is one)."""
+    if state["netns"] is None:
+        return state["dep"].chat("Hello!")
+    code = (
+        "import json,sys,urllib.request as u;"
+        "r=u.Request(sys.argv[1],data=json.dumps({'model':'kimi-k2.5','max_tokens':16,"
+        "'messages':[{'role':'user','content':'Hello!'}]}).encode(),"
+        "headers={'Content-Type':'application/json'});"
+        "print(u.urlopen(r,timeout=10).read().decode())"
+    )
+    url = f"http://127.0.0.1:{state['dep'].port}/v1/chat/completions"
+    out = subprocess.run(
+        ["ip", "netns", "exec", state["netns"][0], sys.executable, "-c", code, url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+def start_sshd_in_netns(ns: str, address: str, client_key: Path) -> SshdServer:
+    """A real sshd inside network namespace ``ns`` on ``address``:22 (the harness's config)."""
+    tdir = Path(tempfile.mkdtemp(prefix="kimi-e2e-nssshd-"))
+    host_key = generate_key(tdir / "ssh_host_ed25519_key", comment="kimi-e2e-hostkey")
+    authorized = tdir / "authorized_keys"
+    authorized.write_text(public_key_text(client_key) + "\n")
+    authorized.chmod(0o600)
+    config, log = tdir / "sshd_config", tdir / "sshd.log"
+    config.write_text(
+        sshd_config_text(
+            address=address,
+            port=22,
+            host_key=host_key,
+            authorized_keys=authorized,
+            pid_file=tdir / "sshd.pid",
+            extra=(),
+        )
+    )
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(  # `ip netns exec` execs sshd: the PID is sshd's
+            ["ip", "netns", "exec", ns, str(SSHD_BIN), "-D", "-e", "-f", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=tdir,
+        )
+    deadline = time.monotonic() + 10
+    while "Server listening on" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"sshd in {ns} did not start: {log.read_text()}")
+        time.sleep(0.05)
+    key_type, key_b64 = public_key_text(host_key).split()[:2]
+    line = f"{known_hosts_name(address, 22)} {key_type} {key_b64}"
+    (tdir / "known_hosts").write_text(line + "\n")
+    host = SshdHost(
+        address, 22, current_user(), client_key, tdir / "known_hosts", line, tdir, log, proc.pid
+    )
+    return SshdServer(host, proc, owns_tmpdir=True)
+
+
+@pytest.fixture
+def ns_cluster(ssh_client_key: Path, tmp_path: Path, ray_python: str) -> Iterator[dict]:
+    """Two network namespaces made here, joined by a veth pair, each with its own address in
+    10.231.N.0/24 (only inside them), its own sshd on port 22 and Ray on its default ports,
+    like two hosts."""
+    tag = uuid.uuid4().hex[:4]
+    ns = (f"kc{tag}h", f"kc{tag}w")
+    net = random.randint(1, 254)
+    ips = [f"10.231.{net}.2", f"10.231.{net}.3"]
+    servers: list[SshdServer] = []
+    state: dict | None = None
+    try:
+        for name in ns:
+            _ip("netns", "add", name)
+            _ip("-n", name, "link", "set", "lo", "up")
+        _ip(
+            "link",
+            "add",
+            f"kc{tag}h0",
+            "netns",
+            ns[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            f"kc{tag}w0",
+            "netns",
+            ns[1],
+        )
+        for name, end, ip in ((ns[0], "h0", ips[0]), (ns[1], "w0", ips[1])):
+            _ip("-n", name, "addr", "add", f"{ip}/24", "dev", f"kc{tag}{end}")
+            _ip("-n", name, "link", "set", f"kc{tag}{end}", "up")
+        servers = [
+            start_sshd_in_netns(n, ip, ssh_client_key) for n, ip in zip(ns, ips, strict=True)
+        ]
+        small = ["--num-cpus", "1", "--object-store-memory", "80000000"]
+        state = _state(
+            tmp_path,
+            ray_python,
+            [s.host for s in servers],
+            ips,
+            [[*small, "--include-dashboard", "false"], small],
+            6379,
+        )
+        state["netns"] = ns
+        yield state
+    finally:
+        if state is not None:
+            _cleanup(state)
+        for server in servers:
+            server.stop()
+        for name in ns:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+
+
+@pytest.mark.parametrize("where", ["cluster", "ns_cluster"])
+def test_two_node_cluster_deploy_status_and_stop(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    """Loopback: two sshd on 127.0.0.2/3 of this machine. ns_cluster: two network namespaces,
+    so the node addresses and every Ray port are as separate as on two hosts."""
+    cluster = request.getfixturevalue(where)
     rdirs = cluster["rdirs"]
+    head_ip, worker_ip = cluster["ips"]
     run = fab(cluster, "deploy")
     assert run.ok, run.describe()
     out = run.output
     assert "all 2 nodes joined with their GPUs" in out, run.describe()
-    assert "127.0.0.2: alive, 1 GPU(s)" in out and "127.0.0.3: alive, 1 GPU(s)" in out
+    assert f"{head_ip}: alive, 1 GPU(s)" in out and f"{worker_ip}: alive, 1 GPU(s)" in out
 
     # The server answers a chat completion ...
-    reply = cluster["dep"].chat("Hello!")
+    reply = chat(cluster)
     assert reply["choices"][0]["message"]["content"]
     # ... and was started for PP 2 over Ray, its ranks placed on both nodes by real Ray.
     log = (cluster["runs"]["head"] / "current.log").read_text(errors="replace")
     assert '"--pipeline-parallel-size", "2"' in log, log[-3000:]
     assert '"--distributed-executor-backend", "ray"' in log
-    assert "on node 127.0.0.2" in log and "on node 127.0.0.3" in log, log[-3000:]
-    assert "Ray executor: 2 worker(s) on 2 node(s): 127.0.0.2, 127.0.0.3" in log
+    assert f"on node {head_ip}" in log and f"on node {worker_ip}" in log, log[-3000:]
+    assert f"Ray executor: 2 worker(s) on 2 node(s): {head_ip}, {worker_ip}" in log
 
     # Each node's Ray processes carry that node's marker; the worker's rank actor runs there.
     head_procs = {comm(p) for p in marked_pids(rdirs["head"])}
@@ -213,7 +401,7 @@ def test_two_node_cluster_deploy_status_and_stop(cluster: dict) -> None:
     status = fab(cluster, "status", timeout=120)
     assert status.ok, status.describe()
     assert "cluster 2 nodes up" in status.output
-    assert "worker " in status.output and "(127.0.0.3): up" in status.output
+    assert "worker " in status.output and f"({worker_ip}): up" in status.output
 
     # Kill the worker's raylet: status names the node and the cause, and fails.
     raylet = next(p for p in worker_pids if comm(p) == "raylet")
@@ -224,7 +412,7 @@ def test_two_node_cluster_deploy_status_and_stop(cluster: dict) -> None:
     time.sleep(3)  # ray start --block notices and reports it in its log
     broken = fab(cluster, "status", timeout=120)
     assert broken.returncode == 1, broken.describe()
-    assert "(127.0.0.3): Ray is down: raylet exited (-9 (signal 9))" in broken.output, (
+    assert f"({worker_ip}): Ray is down: raylet exited (-9 (signal 9))" in broken.output, (
         broken.describe()
     )
 
