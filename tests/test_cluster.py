@@ -226,3 +226,23 @@ def test_marker_and_reach_commands_are_one_line() -> None:
     assert "grep -lzxF 'KIMI_OPS_RUN_DIR=/r x/ray'" in cl.marker_command("/r x/ray")
     reach = cl.reach_command("10.0.0.11", 6379)
     assert "/dev/tcp/10.0.0.11/6379" in reach and "\n" not in reach
+
+
+def test_reach_command_says_whether_the_port_answers() -> None:
+    """Run the one-line reachability check with bash against a listening and a closed port."""
+    import socket
+    import subprocess
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        out = subprocess.run(
+            ["bash", "-c", cl.reach_command("127.0.0.1", port)], capture_output=True, text=True
+        )
+        assert cl.parse_kv(out.stdout)["reach"] == "ok"
+    out = subprocess.run(
+        ["bash", "-c", cl.reach_command("127.0.0.1", port)], capture_output=True, text=True
+    )
+    reach = cl.parse_kv(out.stdout)["reach"]
+    assert reach.startswith("fail:") and "Connection refused" in reach, reach

@@ -530,3 +530,20 @@ def test_standin_short_of_gpus_fails_with_vllms_words(ray_python: str, tmp_path:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_cluster_dry_run_changes_nothing(cluster: dict) -> None:
+    """deploy --dry prints what it would do on each node and starts nothing. (The stand-in is
+    put on the nodes first, as an earlier deploy leaves it: a dry run uploads nothing, and
+    without it there are no emulated GPU and vLLM facts to check.)"""
+    for run_dir in cluster["runs"].values():
+        run_dir.mkdir()
+        shutil.copy(REPO_ROOT / "kimi_ops" / "standin.py", run_dir / "kimi_standin.py")
+    run = fab(cluster, "deploy", "--dry", timeout=120)
+    assert run.ok, run.describe()
+    assert "ray-head: dry run: would start Ray on head" in run.output, run.describe()
+    assert "ray start --block" in run.output and "--address 127.0.0.2:" in run.output
+    for rdir in cluster["rdirs"].values():
+        assert marked_pids(rdir) == []
+        assert not Path(rdir, "ray.pid").exists()
+    assert not (cluster["runs"]["head"] / "server.pid").exists()
