@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +28,7 @@ from kimi_ops.result import StepResult, changed, failed, ok, skipped
 
 from . import steps
 from .host import Host
+from .lock import HostLock
 from .report import Reporter
 from .session import kimi_config, load, task_errors
 
@@ -105,7 +106,10 @@ def cluster_run(c: Context, ov: dict[str, Any], step: str, dry: bool) -> Iterato
 
 def run_cluster(c: Context, step: str, ov: dict[str, Any], mine: dict[str, Any]) -> None:
     """The task body of deploy / stop / kill-stale / status when ``kimi.cluster`` is set."""
-    with cluster_run(c, ov, step, bool(mine.get("dry"))) as run:
+    with cluster_run(c, ov, step, bool(mine.get("dry"))) as run, ExitStack() as locks:
+        if step != "status":  # one deployment at a time on each node (the single-host lock)
+            for n in run.nodes:
+                locks.enter_context(HostLock(n.host, n.profile.run_dir, step))
         if step == "deploy":
             deploy(run)
         elif step in ("stop", "kill-stale"):
