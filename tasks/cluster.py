@@ -339,8 +339,10 @@ def deploy(run: ClusterRun) -> None:
     h, p = head.host, run.profile
     secrets = secret_env_values(p, os.environ)
     run.report(steps.clean_shm(h, p, refuse_fails=False))
-    if pre.plan.patch_kv_config:
-        run.report(steps.patch_kv_config(h, p))
+    if pre.plan.patch_kv_config:  # every node loads its own copy: patch them all alike, so
+        for n in run.nodes:  # the next preflight still finds the same checksums everywhere
+            res = steps.patch_kv_config(n.host, n.profile)
+            run.report(replace(res, message=f"{n.node.name}: {res.message}"))
     run.report(steps.upload_script(h, p, plan=pre.plan, secrets_env=secrets))
     run.report(steps.launch(h, p))
     run.report(steps.verify(h, p, run.reporter))

@@ -384,6 +384,10 @@ def test_two_node_cluster_deploy_status_and_stop(
     out = run.output
     assert "all 2 nodes joined with their GPUs" in out, run.describe()
     assert f"{head_ip}: alive, 1 GPU(s)" in out and f"{worker_ip}: alive, 1 GPU(s)" in out
+    # The FP8-KV patch the plan asks for is applied on every node's checkpoint.
+    patched = [ln for ln in out.splitlines() if "patch-kv-config: " in ln]
+    assert any(f"({head_ip}):" in ln for ln in patched), out
+    assert any(f"({worker_ip}):" in ln for ln in patched), out
 
     # The server answers a chat completion ...
     reply = chat(cluster)
