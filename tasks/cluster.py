@@ -11,6 +11,7 @@ launched and verified like a single-host deploy. See :mod:`kimi_ops.cluster`.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -33,7 +34,7 @@ from .report import Reporter
 from .session import kimi_config, load, task_errors
 
 #: The tasks that act on the whole cluster when ``kimi.cluster`` is set (and no -H is given).
-CLUSTER_STEPS = frozenset({"deploy", "stop", "kill-stale", "status"})
+CLUSTER_STEPS = frozenset({"deploy", "stop", "kill-stale", "status", "verify", "logs"})
 Sleep = Callable[[float], None]
 
 
@@ -107,15 +108,26 @@ def cluster_run(c: Context, ov: dict[str, Any], step: str, dry: bool) -> Iterato
 def run_cluster(c: Context, step: str, ov: dict[str, Any], mine: dict[str, Any]) -> None:
     """The task body of deploy / stop / kill-stale / status when ``kimi.cluster`` is set."""
     with cluster_run(c, ov, step, bool(mine.get("dry"))) as run, ExitStack() as locks:
-        if step != "status":  # one deployment at a time on each node (the single-host lock)
+        if step in ("deploy", "stop", "kill-stale"):  # one deployment at a time on each node
             for n in run.nodes:
                 locks.enter_context(HostLock(n.host, n.profile.run_dir, step))
         if step == "deploy":
             deploy(run)
         elif step in ("stop", "kill-stale"):
             stop(run, step)
+        elif step == "verify":  # the server runs on the head
+            run.report(steps.verify(run.head.host, run.profile, run.reporter))
+        elif step == "logs":
+            _write(steps.read_log(run.head.host, run.profile, int(mine.get("lines", 50))))
+            if mine.get("follow"):
+                steps.follow_log(run.head.host, run.profile, _write)
         else:
             status(run)
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 # --- preflight --------------------------------------------------------------------------------

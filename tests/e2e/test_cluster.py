@@ -407,6 +407,11 @@ def test_two_node_cluster_deploy_status_and_stop(
     assert "raylet" in worker_procs and "gcs_server" not in worker_procs, worker_procs
     assert any("RankActor" in c for c in worker_procs), worker_procs
 
+    verify = fab(cluster, "verify", timeout=120)  # on the head, where the server runs
+    assert verify.ok and "ok: verify:" in verify.output, verify.describe()
+    logs = fab(cluster, "logs", "--lines", "400", timeout=60)
+    assert logs.ok and f"on node {worker_ip}" in logs.output, logs.describe()
+
     status = fab(cluster, "status", timeout=120)
     assert status.ok, status.describe()
     assert "cluster 2 nodes up" in status.output
