@@ -123,6 +123,8 @@ DEFAULTS: dict[str, Any] = {
     "parallel": 8,
     # Replicas behind one endpoint (HAProxy).
     "router": dict(ROUTER_DEFAULTS),
+    # One model across several hosts on Ray: head, workers, Ray port (kimi_ops.cluster).
+    "cluster": {},
 }
 
 #: File names inside ``run_dir``.

@@ -154,6 +154,8 @@ class Profile:
     host_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     parallel: int = DEFAULTS["parallel"]
     router: RouterSettings = field(default_factory=RouterSettings)
+    # kimi.cluster, validated by kimi_ops.cluster.load_cluster (empty: no cluster).
+    cluster: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def is_standin(self) -> bool:
@@ -521,7 +523,16 @@ def load_profile(
         host_overrides={str(k): dict(v) for k, v in overrides_map.items()},
         parallel=parallel,
         router=parse_router(data["router"]),
+        cluster=_cluster_section(data["cluster"]),
     )
+
+
+def _cluster_section(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ProfileError("cluster", f"must be a mapping (head, workers, ...), got {value!r}")
+    return copy.deepcopy(dict(value))
 
 
 def secret_env_values(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:

@@ -27,6 +27,7 @@ from kimi_ops.result import StepResult, format_result, skipped
 from . import masking, steps
 from . import router as router_tasks
 from . import state as host_state
+from .cluster import CLUSTER_STEPS, cluster_configured, run_cluster
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
 from .host import host_names, is_connection
 from .lock import HostLock
@@ -116,6 +117,10 @@ def kimi_task(
             masking.install(kimi_config(c), ov)
             fail_fast = bool(mine.pop("fail_fast", False))
             as_json = bool(mine.get("json", False))
+            clustered = step in CLUSTER_STEPS and not fleet_hosts and not is_connection(c)
+            if clustered and cluster_configured(c):  # kimi.cluster: the task acts on every node
+                run_cluster(c, step, ov, mine)
+                return
             if fleet and not task_json:
                 mine.pop("json", None)
             if fleet:

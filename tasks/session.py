@@ -98,7 +98,7 @@ def session(
     """Load and validate the profile, wrap the host, resolve run_dir; turn every KimiOpsError
     into a failed result and a non-zero exit without a traceback (unless debugging)."""
     reporter = reporter or Reporter(None, quiet=quiet)
-    try:
+    with task_errors(step, reporter):
         profile = load(c, overrides)
         names = host_names(c)
         profile.check_override_keys(run_hosts or [names])
@@ -108,6 +108,14 @@ def session(
         reporter.host = host.name if host.remote else None
         profile = profile.with_run_dir(host.resolve(profile.run_dir))
         yield Session(host, profile, reporter, secrets, cancel)
+
+
+@contextmanager
+def task_errors(step: str, reporter: Reporter) -> Iterator[None]:
+    """Turn every KimiOpsError into a failed result (or an error line) and exit status 1,
+    without a traceback (unless debugging); Ctrl-C into exit status 130."""
+    try:
+        yield
     except Exit:
         raise
     except StepFailed as exc:
