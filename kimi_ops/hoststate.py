@@ -25,7 +25,7 @@ STOP_MARKER = "stopped.launch"
 STATE_CODES: dict[str, int] = {
     "serving": 0,  # the server answers a chat completion
     "starting": 3,  # the server process is alive and still loading
-    "stopped": 4,  # kimi-ops ended it (stop / kill-stale / deploy), or nothing was launched
+    "stopped": 4,  # ended on purpose (kimi-ops, or a graceful signal stop), or never launched
     "crashed": 5,  # gone (or failing) without kimi-ops ending it
     "orphans": 6,  # the server is gone but processes of this deployment are still alive
     "unresponsive": 7,  # alive, its log says it is up, but HTTP does not answer
@@ -35,7 +35,8 @@ STATE_CODES: dict[str, int] = {
 STATE_MEANINGS: dict[str, str] = {
     "serving": "the server answers a chat completion",
     "starting": "the server process is alive and still loading",
-    "stopped": "kimi-ops ended it (stop, kill-stale, deploy) or nothing was ever launched",
+    "stopped": "kimi-ops ended it (stop, kill-stale, deploy), its log shows a graceful stop "
+    "after serving (an operator's SIGTERM or Ctrl-C), or nothing was ever launched",
     "crashed": "the server is gone (or its log shows a fatal error) and kimi-ops did not end it",
     "orphans": "the server is gone but processes of this deployment are still alive",
     "unresponsive": "the server process is alive and its log says it is up, but HTTP fails",
@@ -146,6 +147,14 @@ def classify(f: StateFacts) -> HostState:
     by = stopped_by(f.stop, f.launch_id)
     if by is not None:
         return HostState("stopped", f"no server: launch {f.launch_id} was stopped ({by})")
+    if f.log_exists and d.lifecycle == "stopped":
+        # Not kimi-ops, but its log says it served and then shut down on a signal (an
+        # operator's `kill PID`, Ctrl-C, systemd): a stop, not a crash.
+        return HostState(
+            "stopped",
+            f"no server: launch {f.launch_id} served, then was stopped outside kimi-ops "
+            f"(its log shows a graceful shutdown: {d.summary})",
+        )
     if not f.log_exists:
         return HostState(
             "crashed",

@@ -255,6 +255,13 @@ class VerifyState:
                 f"stopped: launch {facts.launch_id} was ended on purpose ({by}); no server runs",
                 replace(diag, hint="`fab deploy` starts it again"),
             )
+        if not facts.alive and facts.log_exists and diag.lifecycle == "stopped":
+            return Verdict(
+                "stopped",
+                f"stopped: launch {facts.launch_id} served, then was stopped outside kimi-ops "
+                f"(its log shows a graceful shutdown: {diag.summary}); no server runs",
+                replace(diag, hint="`fab deploy` starts it again"),
+            )
         if not facts.log_exists and not facts.alive:
             if facts.launch_id and facts.pid is not None:
                 return Verdict(

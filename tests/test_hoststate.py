@@ -61,6 +61,35 @@ def test_each_state_has_its_own_code(kw: dict[str, object], state: str) -> None:
     assert (got.code == 0) == (state == "serving")
 
 
+#: The real CPU engine (vLLM 0.32.0) after an operator's SIGTERM to the API server alone.
+SIGTERM_STOP = diagnose(
+    (
+        Path(__file__).parent / "fixtures/corpus/logs/healthy__b004_cpu_sigterm_graceful_stop.log"
+    ).read_text()
+)
+
+
+def test_a_graceful_signal_stop_outside_kimi_ops_is_stopped_not_crashed() -> None:
+    """Issue 11/13: `kill PID` by an operator: healthy, then stopped; status exits 4, not 5."""
+    assert (SIGTERM_STOP.label, SIGTERM_STOP.lifecycle) == ("healthy", "stopped")
+    got = classify(facts(diagnosis=SIGTERM_STOP))
+    assert (got.state, got.code) == ("stopped", 4), got
+    assert "outside kimi-ops" in got.message
+    # a live process with that log is not "stopped" (it is still up or shutting down)
+    assert classify(facts(diagnosis=SIGTERM_STOP, alive=True, answered=True)).state == "serving"
+    # the same launch with its log gone: no evidence of a stop, so still crashed
+    assert classify(facts(diagnosis=SIGTERM_STOP, log_exists=False)).state == "crashed"
+
+
+def test_verify_after_a_graceful_signal_stop_says_stopped() -> None:
+    text = (
+        Path(__file__).parent / "fixtures/corpus/logs/healthy__b004_cpu_sigterm_graceful_stop.log"
+    ).read_text()
+    verdict = _state().feed_poll(_poll(read=len(text), chunk=text, log_size=len(text)), 1.0)
+    assert verdict.state == "stopped", verdict
+    assert "outside kimi-ops" in verdict.message and "dmesg" not in verdict.diagnosis.hint
+
+
 def test_state_codes_are_distinct_and_not_the_tool_failure_code() -> None:
     codes = list(hoststate.STATE_CODES.values())
     assert len(set(codes)) == len(codes) and 1 not in codes and 130 not in codes
