@@ -27,6 +27,7 @@ from kimi_ops import procs
 from kimi_ops.profile import Profile, secret_env_values
 from kimi_ops.result import StepResult, changed, failed, ok, skipped
 
+from . import state as host_state
 from . import steps
 from .host import Host
 from .lock import HostLock
@@ -398,7 +399,7 @@ def status(run: ClusterRun, step: str = "status") -> None:
             cause = found.cause() or ("raylet gone" if found.leader_alive else "ray start exited")
             down.append(f"{n.node.name}: Ray is down: {cause}")
             lines.append(down[-1] + f"; {view}")
-    server = steps.status(run.head.host, run.profile)
+    server, _state = host_state.status(run.head.host, run.profile)
     lines += [f"server: {server.message}", *(f"  {ln}" for ln in server.lines)]
     if idle and len(idle) < len(run.nodes):
         down += [f"{name}: not running while other nodes are" for name in idle]

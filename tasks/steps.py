@@ -668,8 +668,10 @@ def verify(
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
             verdict = state.feed_probe(vfy.parse_probe(res.stdout + res.stderr), clock() - start)
             if verdict.ok and expect_launch_id:
-                # The answer came from the port: prove the launch there is still this run's.
-                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
+                # The answer came from the port: prove the launch there is still this run's,
+                # and (run through the lock guard, as mutating commands are) that this run
+                # still holds the deployment lock: a run that lost it never reports ready.
+                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=True)
                 facts = vfy.parse_poll(out.stdout)
                 recheck = state.feed_poll(facts, clock() - start)
                 if recheck.done:  # replaced, stopped or gone meanwhile
