@@ -1289,7 +1289,13 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
         (("non-default args",), r"'max_model_len': (?P<max_model_len>\d+)"),
         (("non-default args",), r"'gpu_memory_utilization': (?P<gpu_memory_utilization>[\d.]+)"),
         (("non-default args",), r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w+)'"),
-        (("LLM engine (v",), r"\bkv_cache_dtype=(?P<kv_cache_dtype>\w+)"),
+        # the engine's config dump, V0's "args: Namespace(...)", the attention selector's config
+        (("kv_cache_dtype=",), r"\bkv_cache_dtype=['\"]?(?P<kv_cache_dtype>\w+)"),
+        # vLLM's own notice (config.py / cache.py, 0.4 .. 0.3x) when the KV cache is FP8
+        (
+            ("Using fp8 data type",),
+            r"Using (?P<kv_cache_dtype>fp8\w*) data type to store kv cache",
+        ),
         (("--kv-cache-dtype",), r"--kv-cache-dtype[= ]+['\"]?(?P<kv_cache_dtype>fp8\w*)"),
         (("non-default args",), r"'tensor_parallel_size': (?P<tensor_parallel_size>\d+)"),
         (
@@ -1538,6 +1544,8 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "SIGILL",
     "SIGFPE",
     "Segfault",
+    "Segmentation fault",  # the shell's word for SIGSEGV (a line of its own)
+    "Memory access fault",  # the ROCm runtime's, before it aborts the process
     "ModeIsEnabled",  # OfflineModeIsEnabled
 )
 #: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
@@ -1548,13 +1556,7 @@ _KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset(
 )
 _FIND_WORDS: tuple[str, ...] = (
     ": error: ",
-    "Segmentation fault",  # the shell's signal words (a line of their own: no trigger word)
-    "Illegal instruction",
-    "Bus error",
-    "Floating point exception",
-    "Memory access fault",  # ROCm runtime, before it aborts
-    "no longer supports this GPU",  # PyTorch's import-time warning
-    "--kv-cache-dtype",  # a command line (fact: the KV-cache dtype asked for)
+    "Illegal instruction",  # the shell's word for SIGILL (a line of its own: no trigger word)
     "startup complete",
     "non-default args",
     "Starting to load",
@@ -1565,7 +1567,16 @@ _FIND_WORDS: tuple[str, ...] = (
 #: Keywords found only by the head scan (``_FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
 #: server"); only a pasted excerpt shows them alone, and an excerpt is small.
-_HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset({"Route: /"})
+_HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset(
+    {
+        "Route: /",
+        # the KV-cache dtype asked for: a command line or argparse Namespace comes first; the
+        # engine's config dump (kv_cache_dtype=fp8) is on an "LLM engine" (trigger) line
+        "--kv-cache-dtype",
+        "kv_cache_dtype=",
+        "no longer supports this GPU",  # PyTorch's warning at import, before vLLM starts
+    }
+)
 
 
 def _dedupe_words(words: Iterable[str]) -> list[str]:

@@ -229,3 +229,19 @@ def test_pytorch_too_old_gpu_warning_is_fatal() -> None:
         "    The minimum cuda capability supported by this library is 7.5.\n"
     )
     assert diagnose(log).label == "unsupported_gpu"
+
+
+@pytest.mark.parametrize(
+    "fact",
+    [
+        "INFO 05-01 10:00:00 config.py:628] Using fp8 data type to store kv cache. It reduces the "
+        "GPU memory footprint and boosts the performance.\n",
+        "INFO 05-01 10:00:00 api_server.py:1] args: Namespace(model='m', kv_cache_dtype='fp8')\n",
+        "INFO 05-01 10:00:00 llm_engine.py:1] Initializing an LLM engine with config: model='m', "
+        "kv_cache_dtype=fp8_e5m2, device_config=cuda\n",
+    ],
+)
+def test_every_wording_of_an_fp8_kv_cache_request_is_a_fact(fact: str) -> None:
+    bare = "AssertionError: fp8e4nv data type is not supported on CUDA arch < 89\n"
+    d = diagnose(fact + bare)
+    assert d.label == "kv_cache_dtype_unsupported" and d.facts["kv_cache_dtype"].startswith("fp8")
