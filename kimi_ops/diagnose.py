@@ -128,6 +128,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \[rank\d+\]:[ ]?                                      # torch rank prefix
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
       | \((?:Process|stdout|stderr)\)[ ]                       # launcher stream tags
+      | \|[ ](?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ ]\|[ ][\w.\-]+[ ]\|[ ]  # FastChat
       | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)            # level ...
         (?::[ ]+
           |[ ]+(?=\d\d-\d\d[ ]|\d{4}-\d\d|\[[\w.\-/]+\.py:\d+\]|[\w.\-/]+\.py:\d+\]))
@@ -415,6 +416,10 @@ RULES: tuple[Rule, ...] = (
             r"kv[ _-]?cache)",
             r"^[\w.]*(?:Error|Exception)\b.*?(?:(?P<backend>[A-Za-z]\w*?)(?:Impl|Backend)? )?"
             r"(?i:only supports? (?:an? )?(?:unquantized|bf16|16-bit)\b[^;.]*kv[ _-]?cache)",
+            # "Only support per-tensor scaling factor for fp8 KV cache" (the refusal names a
+            # condition, then the FP8 KV cache it applies to)
+            r"^[\w.]*(?:Error|Exception)\b.*(?i:\bonly supports?\b|\bnot supported\b|"
+            r"\bunsupported\b|does not support).*(?i:\b(?:fp8|float8|quantized) kv[ _-]?cache)",
         ],
         "The attention backend[[ ({backend})]] cannot use the FP8 KV cache the checkpoint (or "
         "--kv-cache-dtype) asks for[[ on vLLM {vllm_version}]]. " + _KV_FIX,
@@ -427,7 +432,9 @@ RULES: tuple[Rule, ...] = (
         ("_dtype not supported",),
         [
             r"(?:No valid attention backend|not valid for this configuration).*"
-            r"\[\s*'?kv_cache_dtype not supported'?\s*\]"
+            r"\[\s*'?kv_cache_dtype not supported'?\s*\]",
+            # the selector's reasons list re-indented one reason per line
+            r"^\s*(?:\w+: \[\s*)?'?kv_cache_dtype not supported'?\s*,?\s*\]?,?$",
         ],
         "No attention backend accepts the KV-cache dtype[[ {kv_cache_dtype}]] on this GPU"
         "[[ (vLLM {vllm_version})]]. " + _KV_FIX,
@@ -462,6 +469,39 @@ RULES: tuple[Rule, ...] = (
         "--kv-cache-dtype auto (or fp8 where the backend supports it) in the profile's "
         "extra_args[[ (now: {extra_args})]].",
         "no attention backend for kv_cache_dtype[[ {kv_cache_dtype}]]",
+    ),
+    _rule(
+        "float8_kv_dtype_mismatch",
+        "kv_cache_dtype_unsupported",
+        86,
+        ("Float8_", "float8_"),
+        # a kernel met an FP8 tensor where it wants another dtype; it counts only when the
+        # failure is in attention / KV-cache code or the KV cache was asked to be FP8 (see
+        # _fp8_in_kv_cache): an FP8 *weight* the kernel cannot take is another story
+        [r"^[\w.]*(?:Error|Exception)\b.*\b(?:torch\.)?(?P<fp8_type>[Ff]loat8_e[45]m[23]\w*)"],
+        "The attention kernel[[ ({backend})]][[ of vLLM {vllm_version}]] cannot read an FP8 KV "
+        "cache ({fp8_type})[[, which kv_cache_dtype={kv_cache_dtype} asks for]]: it expects a "
+        "16-bit cache. " + _KV_FIX,
+        "FP8 KV cache ({fp8_type}) not supported by [[{backend}||the attention kernel]]",
+    ),
+    _rule(
+        "fp8_kv_kernel_build_failed",
+        "kv_cache_dtype_unsupported",
+        30,  # below every specific cause: it names the kernel, another error may be the cause
+        ("dtype_kv_e4m3", "dtype_kv_e5m2"),
+        # FlashInfer JIT-builds one kernel per KV dtype (``..._dtype_kv_e4m3_...``); an nvcc
+        # error about that kernel (see _EXIT_RE) means the FP8 KV cache has no working kernel
+        [
+            r"(?i:instantiation of|error|failed).*dtype_kv_(?P<fp8_type>e4m3|e5m2)",
+            r"dtype_kv_(?P<fp8_type>e4m3|e5m2).*(?i:\berror\b|failed)",
+        ],
+        "The FP8 KV cache's attention kernel (KV dtype {fp8_type}) failed to build for this "
+        "GPU[[ on vLLM {vllm_version}]]: this backend[[ ({backend})]] has no working FP8-KV "
+        "kernel here. Serve with --kv-cache-dtype auto (drop fp8 from the profile's extra_args"
+        "[[, now: {extra_args}]]; `fab patch-kv-config` if the checkpoint asks for an FP8 KV "
+        "cache), or pick another attention backend (--attention-backend).",
+        "FP8 KV cache kernel ({fp8_type}) failed to build[[ ({backend})]]",
+        weak=True,
     ),
     # ----------------------------------------------------------- trust_remote_code
     _rule(
@@ -563,10 +603,13 @@ RULES: tuple[Rule, ...] = (
         "bfloat16_unsupported",
         "unsupported_gpu",
         82,
-        ("Bfloat16 is only supported",),
+        ("Bfloat16 is only supported", "_check_if_gpu_supports_dtype"),
         [
             r"Bfloat16 is only supported on GPUs with compute capability of at least "
-            r"(?P<min_capability>\d+(?:\.\d+)?)"
+            r"(?P<min_capability>\d+(?:\.\d+)?)",
+            # a traceback through vLLM's dtype check (its message cut off): the check raises
+            # only this error
+            r"\b_check_if_gpu_supports_dtype\b",
         ],
         "The GPU[[ {gpu}]][[ (compute capability {compute_capability})]] has no bfloat16 "
         "support[[ (needs >= {min_capability})]]: add `--dtype half` to the profile's "
@@ -585,6 +628,7 @@ RULES: tuple[Rule, ...] = (
             "not supported on GPUs with",
             "does not support weight_bits",
             "Only types = []",
+            "_check_scheme_supported",
         ),
         [
             r"(?i:quantization method|quantization scheme) ?(?P<quantization>\w*) is not "
@@ -593,6 +637,9 @@ RULES: tuple[Rule, ...] = (
             r"with",
             r"(?P<quantization>\w*[Mm]arlin\w*) does not support weight_bits",
             r"Only types = \[\] are supported",
+            # a traceback through compressed-tensors' capability check (message cut off): it
+            # raises only "Quantization scheme is not supported for the current GPU"
+            r"\b_check_scheme_supported\b",
         ],
         "The checkpoint's quantization[[ ({quantization})]][[ ({fp8_type} kernels)]] has no "
         "kernel for this GPU[[: minimum compute capability {min_capability}]][[, this GPU has "
@@ -625,6 +672,7 @@ RULES: tuple[Rule, ...] = (
             "requires sm",
             "requires SM",
             "CUDA capability",
+            "no longer supports this GPU",
         ),
         [
             r"GPUs? with compute capability (?:below|less than|<) ?[\d.]+ (?:are|is) not supported",
@@ -632,6 +680,10 @@ RULES: tuple[Rule, ...] = (
             r"current device does not support this kernel",
             r"FlashAttention only supports Ampere GPUs or newer",
             r"No valid attention backend.*\[\s*'?compute capability not supported'?\s*\]",
+            # the selector's reasons list re-indented one reason per line
+            r"^\s*(?:\w+: \[\s*)?'?compute capability not supported'?\s*,?\s*\]?,?$",
+            # PyTorch's import-time check: no kernels of this build run on the GPU
+            r"PyTorch no longer supports this GPU because it is too old",
             r"is not supported on CUDA arch",
             r"Value 'sm_(?P<sm>\d+a?)' is not defined for option 'gpu-name'",
             r"^[\w.]*(?:Error|Exception)\b.*(?i:compute capability\s+\S+\s+(?:is\s+)?not\s+"
@@ -710,8 +762,12 @@ RULES: tuple[Rule, ...] = (
         "fp8_type_unsupported_arch",
         "quantization_unsupported",
         83,
-        ("not supported in this architecture",),
-        [r"type (?P<fp8_type>fp8\w+) not supported in this architecture"],
+        ("not supported in this architecture", "data type is not supported on CUDA arch"),
+        [
+            r"type (?P<fp8_type>fp8\w+) not supported in this architecture",
+            # Triton < 3.x: an assertion in its type conversion
+            r"(?P<fp8_type>fp8\w+) data type is not supported on CUDA arch",
+        ],
         "This GPU has no native FP8 ({fp8_type}), which the Triton kernel[[ {triton_kernel}]] "
         "needs: FP8 compute needs compute capability 8.9+ (Ada, Hopper, Blackwell). Use a "
         "checkpoint that is not FP8-quantized (bf16, AWQ/GPTQ int4) on this GPU, or a newer GPU.",
@@ -900,6 +956,7 @@ RULES: tuple[Rule, ...] = (
             "Watchdog caught collective operation timeout",
             "NCCL communicator was aborted",
             "NCCL timeout",
+            "DistBackendError",
         ),
         [
             r"(?i:NCCL error)",
@@ -908,6 +965,8 @@ RULES: tuple[Rule, ...] = (
             r"Watchdog caught collective operation timeout",
             r"NCCL communicator was aborted",
             r"NCCL timeout",
+            # torch.distributed's backend (NCCL / Gloo) error type, also as a C++ abort
+            r"\b(?:c10::|torch\.distributed\.)?DistBackendError\b",
         ],
         "NCCL (GPU-to-GPU communication) failed[[: {nccl_detail}]]. Run `fab clean-shm` "
         "(leaked /dev/shm segments from crashed runs break NCCL) and make sure /dev/shm is "
@@ -948,11 +1007,24 @@ RULES: tuple[Rule, ...] = (
             ") received by PID",
             "OOMKilled",
             "Exit Code:",
+            "Segmentation fault",
+            "Aborted",
+            "Bus error",
+            "Illegal instruction",
+            "Floating point exception",
+            "Memory access fault by GPU",
         ),
         [
             r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
             r"(?:killed|terminated) by (?:signal )?(?:(?P<signame>SIG[A-Z]+)|(?P<signum>\d+))",
             r"^Killed$|\d\s+Killed\s",  # the shell: "Killed", "line 3:  4242 Killed   vllm ..."
+            # the shell's other signal words, alone or after the PID (no core dump written)
+            r"^(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal instruction|"
+            r"Floating point exception)$",
+            r"line \d+:\s+\d+\s+(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
+            r"instruction|Floating point exception)\b",
+            # the ROCm (HSA) runtime prints this, then aborts the process
+            r"(?P<hsa_fault>Memory access fault by GPU node-\d+)",
             r"(?:^|: )Killed process \d+",  # the kernel's OOM killer (dmesg)
             r"exited with code (?P<exitcode>13[2-79])\b",
             r"Fatal Python error: (?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
@@ -1212,11 +1284,19 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
         (("non-default args",), r"'model(?:_tag)?': '(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bmodel='(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bdevice_config=(?P<device>\w+)"),
-        (("def ",), r"^def (?P<triton_kernel>\w+)\($"),  # Triton CompilationError echo
+        (("def ",), r"^def (?P<triton_kernel>\w+)\("),  # Triton CompilationError echo
         (("LLM engine (v",), r"\bquantization=(?P<quantization>(?!None\b)\w+)"),
         (("non-default args",), r"'max_model_len': (?P<max_model_len>\d+)"),
         (("non-default args",), r"'gpu_memory_utilization': (?P<gpu_memory_utilization>[\d.]+)"),
         (("non-default args",), r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w+)'"),
+        # the engine's config dump, V0's "args: Namespace(...)", the attention selector's config
+        (("kv_cache_dtype=",), r"\bkv_cache_dtype=['\"]?(?P<kv_cache_dtype>\w+)"),
+        # vLLM's own notice (config.py / cache.py, 0.4 .. 0.3x) when the KV cache is FP8
+        (
+            ("Using fp8 data type",),
+            r"Using (?P<kv_cache_dtype>fp8\w*) data type to store kv cache",
+        ),
+        (("--kv-cache-dtype",), r"--kv-cache-dtype[= ]+['\"]?(?P<kv_cache_dtype>fp8\w*)"),
         (("non-default args",), r"'tensor_parallel_size': (?P<tensor_parallel_size>\d+)"),
         (
             ("Available KV cache memory",),
@@ -1252,6 +1332,7 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
                 "Using AITER",
                 "Using FlexAttention",
                 "Using AMX",
+                "Using CPU_",
                 "Using FLEX",
                 "Using AttentionBackendEnum",
                 "Using _Backend",
@@ -1268,7 +1349,10 @@ _EXC_RE = re.compile(
 )
 _EXIT_RE = re.compile(
     r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
-    r"Failed to start (?:the )?(?:model )?server|^The actor (?:is dead|died)\b"
+    r"Failed to start (?:the )?(?:model )?server|^The actor (?:is dead|died)\b|"
+    r"\bprocess terminated unexpectedly\b|"  # a launcher's word for a vanished server
+    r"\bWorker exit type: (?!INTENDED)[A-Z_]+|"  # Ray: a worker process died
+    r"\.(?:cuh?|hh?|hpp|cpp|cc)\(\d+\): error: "  # nvcc: a JIT kernel build failed
 )
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
     {
@@ -1279,8 +1363,13 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "Fatal Python error",
         "Failed to start",
         "The actor",
+        "terminated unexpectedly",
+        "Worker exit type: ",
+        "): error: ",
     }
 )
+#: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.
+_NATIVE_FRAME_RE = re.compile(r"^\s*#?\d{1,3}\s+0x[0-9a-fA-F]{8,}\s+\S")
 #: An operator's stop (SIGTERM / Ctrl-C) of a server that was up; what follows it is the
 #: teardown (EngineDeadError, "force killing" the engine...), not a crash.
 _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
@@ -1336,6 +1425,18 @@ def _build_dispatch() -> dict[str, tuple[tuple[int, int], ...]]:
 
 _DISPATCH = _build_dispatch()
 _FRAME_RE = re.compile(r'\s*File "[^"]*", line \d+')
+#: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:
+#: where an FP8 dtype failure happened tells whose FP8 it is (the KV cache's or the weights').
+_ATTN_FRAME_RE = re.compile(
+    r"(?i:/attention/|attn|/mla/|_mla\b|\bmla_|kv_?cache|paged_attention|prefix_prefill)"
+)
+_QUANT_FRAME_RE = re.compile(r"(?i:/quantization/|fused_moe|scaled_mm|gemm|matmul|/linear\.py)")
+#: Triton kernel names (the ``def kernel(`` a CompilationError echoes) of either kind.
+#: vLLM's Triton attention kernels: ``_fwd_kernel`` (prefix_prefill), ``_fwd_kernel_stage1`` /
+#: ``_fwd_grouped_kernel_stage1`` (decode), ``kernel_unified_attention_2d``,
+#: ``kernel_paged_attention_2d``, ``attn_fwd`` (ROCm), ``reshape_and_cache``...
+_ATTN_KERNEL_RE = re.compile(r"(?i:cache|attn|attention|prefill|decode|paged|_fwd_\w*kernel)")
+_QUANT_KERNEL_RE = re.compile(r"(?i:mm\b|_mm_|gemm|matmul|moe|quant|scaled|linear)")
 _NEWLINE = re.compile("\n")
 
 
@@ -1443,6 +1544,8 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "SIGILL",
     "SIGFPE",
     "Segfault",
+    "Segmentation fault",  # the shell's word for SIGSEGV (a line of its own)
+    "Memory access fault",  # the ROCm runtime's, before it aborts the process
     "ModeIsEnabled",  # OfflineModeIsEnabled
 )
 #: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
@@ -1453,6 +1556,7 @@ _KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset(
 )
 _FIND_WORDS: tuple[str, ...] = (
     ": error: ",
+    "Illegal instruction",  # the shell's word for SIGILL (a line of its own: no trigger word)
     "startup complete",
     "non-default args",
     "Starting to load",
@@ -1463,7 +1567,16 @@ _FIND_WORDS: tuple[str, ...] = (
 #: Keywords found only by the head scan (``_FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
 #: server"); only a pasted excerpt shows them alone, and an excerpt is small.
-_HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset({"Route: /"})
+_HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset(
+    {
+        "Route: /",
+        # the KV-cache dtype asked for: a command line or argparse Namespace comes first; the
+        # engine's config dump (kv_cache_dtype=fp8) is on an "LLM engine" (trigger) line
+        "--kv-cache-dtype",
+        "kv_cache_dtype=",
+        "no longer supports this GPU",  # PyTorch's warning at import, before vLLM starts
+    }
+)
 
 
 def _dedupe_words(words: Iterable[str]) -> list[str]:
@@ -1629,6 +1742,8 @@ class _State:
         "last_exit",
         "last_frame",
         "last_vllm_frame_pos",
+        "last_attn_frame_pos",
+        "last_quant_frame_pos",
         "tail",
         "tail_provisional",
     )
@@ -1654,6 +1769,8 @@ class _State:
         self.last_exit: _Line | None = None
         self.last_frame: _Line | None = None
         self.last_vllm_frame_pos = -1  # a traceback frame in vLLM's own code
+        self.last_attn_frame_pos = -1  # ... in attention / KV-cache code
+        self.last_quant_frame_pos = -1  # ... in weight-quantization / GEMM / MoE code
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -1724,7 +1841,8 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         events.append((_EV_EXC, text, is_wrapper))
     elif _TRACEBACK in text:
         events.append((_EV_HEADER, text))
-    if present and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text):
+    exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
+    if exit_line or _NATIVE_FRAME_RE.match(text):  # ... or a crash handler's native backtrace
         events.append((_EV_EXIT, text))
     if present and not _SHUTDOWN_KEYWORDS.isdisjoint(present):
         events.append((_EV_SHUTDOWN, text))
@@ -1829,6 +1947,10 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_frame = _Line(pos, ev[2])
         if "/vllm/" in ev[2]:
             st.last_vllm_frame_pos = pos
+        if _ATTN_FRAME_RE.search(ev[2]):
+            st.last_attn_frame_pos = pos
+        elif _QUANT_FRAME_RE.search(ev[2]):
+            st.last_quant_frame_pos = pos
         st.last_crash_pos = max(st.last_crash_pos, pos)
 
 
@@ -2019,6 +2141,9 @@ def _signal_facts(facts: dict[str, str]) -> None:
         sig = _SIGNALS.get(int(facts["exitcode"]) - 128)
     if not sig and facts.get("shell_signal"):
         sig = _SHELL_SIGNALS.get(facts["shell_signal"])
+    if not sig and facts.get("hsa_fault"):  # the ROCm runtime aborts after a GPU fault
+        sig = "SIGABRT"
+        facts.setdefault("signal_note", facts["hsa_fault"])
     if not sig:  # "Killed", or a process gone without a word: only SIGKILL is that silent
         sig = "SIGKILL"
         if facts.get("signature") == "engine_vanished":
@@ -2052,6 +2177,26 @@ def _progress(st: _State) -> str | None:
     return st.progress if st.stage >= 0 else None
 
 
+def _fp8_in_kv_cache(st: _State, facts: Mapping[str, str]) -> bool:
+    """Is the FP8 that a kernel failed on the KV cache's (not the weights')?
+
+    In order: the failing Triton kernel's name (``reshape_and_cache`` vs ``..._scaled_mm``);
+    the deepest traceback frame in attention / KV-cache code vs in quantization / GEMM code;
+    else whether the KV cache was asked to be FP8 (``--kv-cache-dtype fp8``, the engine
+    config's ``kv_cache_dtype=fp8``).
+    """
+    kernel = facts.get("triton_kernel", "")
+    if kernel and _ATTN_KERNEL_RE.search(kernel):
+        return True
+    if kernel and _QUANT_KERNEL_RE.search(kernel):
+        return False
+    attn = st.last_attn_frame_pos if st.last_attn_frame_pos > st.healthy_pos else -1
+    quant = st.last_quant_frame_pos if st.last_quant_frame_pos > st.healthy_pos else -1
+    if attn != quant:
+        return attn > quant
+    return facts.get("kv_cache_dtype", "").startswith("fp8")
+
+
 def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     """Turn the state into a diagnosis (see the module docstring for the order rules)."""
     ctx = _context_values(context)
@@ -2076,6 +2221,9 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         active = [(r, h) for r, h in active if r.name != "engine_vanished"]
     if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
         active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]
+    fp8_kv = _fp8_in_kv_cache(st, facts)
+    if not fp8_kv:  # an FP8 dtype failure outside the KV cache: not a KV-dtype problem
+        active = [(r, h) for r, h in active if r.name != "float8_kv_dtype_mismatch"]
 
     def best(label_filter: frozenset[str]) -> tuple[Rule, _Hit] | None:
         cands = [(r, h) for r, h in active if r.label in label_filter]
@@ -2092,7 +2240,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     if winner is not None:
         rule, hit = winner
         same = sorted((h for r, h in active if r.label == rule.label), key=lambda h: h.pos)
-        if rule.name == "fp8_type_unsupported_arch" and "cache" in facts.get("triton_kernel", ""):
+        if rule.name == "fp8_type_unsupported_arch" and fp8_kv:
             rule = _FP8_ARCH_KV_RULE
         groups: dict[str, str] = {}
         for h in same:

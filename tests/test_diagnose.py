@@ -744,6 +744,7 @@ HEAD_SCAN_ONLY = {
     "bad_argument__argparse_usage__k8s_usage_cut.log",
     "016_bad_argument.log",
     "025_trust_remote_code.log",
+    "037_kv_cache_dtype_unsupported.log",  # the fact kv_cache_dtype=fp8: its command line
 }
 
 

@@ -130,10 +130,17 @@ def test_corpus_evaluation_runs() -> None:
     assert len(rep["resplits"]) == 10 and rep["checks"]
 
 
-# Measured on the merged corpus-a + corpus-b (226 excerpts, 2026-12-02): split 0 held out
-# 85.0% (51/60), 3 failures read as starting/healthy. The rules were NOT tuned after that run.
+# Measured on the corpus a+b+c (266 excerpts, 2026-12-03, branch diag2): split 0 held out
+# 87.0% (60/69); unknown 6/8 (75%); 3 failures read as starting/healthy (a Pascal Triton
+# error, a harness-only "crashed container", an llm-d shutdown labelled unknown). Rules were
+# written from the dev side (99.5%); the held-out misses are listed by the script. Strict: it
+# stays xfail (not skipped) so it reports XPASS the day the checks hold.
 @NO_CORPUS
-@pytest.mark.xfail(reason="issue 13 Done-when not met yet: split-0 held-out 85.0% < 95%")
+@pytest.mark.xfail(
+    reason="issue 13 Done-when not met: split-0 held-out 87.0% < 95%, unknown 75% < 85%, "
+    "3 failures read as starting/healthy",
+    strict=False,
+)
 def test_corpus_meets_issue_13() -> None:
     code, out = run(["--json"])
     rep = json.loads(out)
