@@ -664,15 +664,14 @@ def _wait_gone(pids: Iterable[int], timeout: float) -> bool:
         time.sleep(0.05)
 
 
-def kill_pid_tree_started_by_test(
-    pid: int, timeout: float = 5.0, *, crash: bool = False
-) -> bool:
+def kill_pid_tree_started_by_test(pid: int, timeout: float = 5.0, *, crash: bool = False) -> bool:
     """Stop a process the test itself started (e.g. a server launched through the tool).
 
     SIGTERM, wait up to `timeout`, then SIGKILL (``crash=True``: SIGKILL only, so the server
-    cannot log a graceful shutdown: what a crash or the OOM killer leaves) — by PID: `pid` and its current descendants.
-    The process group is signalled as well only when pgid == pid (a setsid leader created by the
-    test's deploy), never otherwise. Returns True when all of them are gone."""
+    cannot log a graceful shutdown: what a crash or the OOM killer leaves) — by PID: `pid` and
+    its current descendants. The process group is signalled as well only when pgid == pid (a
+    setsid leader created by the test's deploy), never otherwise. Returns True when all of
+    them are gone."""
     if pid <= 1 or pid == os.getpid():
         raise ValueError(f"refusing to kill pid {pid}")
     if not pid_alive(pid):
