@@ -67,8 +67,8 @@ FORBIDDEN = {"fabric", "invoke", "paramiko", "subprocess", "socket"}
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in sorted((REPO / "kimi_ops").glob("*.py")) if p.name != "standin.py"],
-    ids=lambda p: p.name,
+    [p for p in sorted((REPO / "kimi_ops").rglob("*.py")) if p.name != "standin.py"],
+    ids=lambda p: str(p.relative_to(REPO / "kimi_ops")),
 )
 def test_kimi_ops_is_pure(path: Path) -> None:
     """No module of the core imports fabric, invoke, paramiko, subprocess or socket (the

@@ -1,0 +1,105 @@
+"""Checks of the host's resources: the port, run_dir's disk, /dev/shm and logind's RemoveIPC."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..facts import HostFacts
+from ..shm import human_bytes
+from .common import FIRST_NORMAL_UID, MIN_RUN_DIR_FREE_BYTES, MIN_SHM_FREE_BYTES, Check, _gib
+
+if TYPE_CHECKING:
+    from ..profile import Profile
+
+
+def _check_port(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
+    port = profile.port
+    listening = facts.listening_ports
+    holders = (facts.port_processes or {}).get(port)
+    if listening is None and facts.port_processes is None:
+        return Check("port", "warn", f"cannot read listening ports; port {port} not checked")
+    in_use = (listening is not None and port in listening) or holders is not None
+    if not in_use:
+        return Check("port", "pass", f"port {port} is free")
+    holders = holders or []
+    if holders and all(pid in own for _, pid in holders):
+        pids = ", ".join(str(pid) for _, pid in holders)
+        return Check(
+            "port",
+            "warn",
+            f"port {port} is held by this deployment's server (pid {pids}); deploy replaces it",
+        )
+    foreign = [(n, pid) for n, pid in holders if pid not in own]
+    if foreign:
+        who = ", ".join(f"pid {pid} ({name})" for name, pid in foreign)
+        return Check("port", "fail", f"port {port} is already in use by {who}")
+    user = facts.user or "the login user"
+    return Check(
+        "port",
+        "fail",
+        f"port {port} is already in use by a process not visible to {user} (ss shows no owner)",
+    )
+
+
+def _check_disk(profile: Profile, facts: HostFacts, need: int) -> Check:
+    disk = facts.run_dir_disk
+    where = facts.run_dir_probe or profile.run_dir
+    if disk is None:
+        return Check("disk", "warn", f"cannot read free space for run_dir {profile.run_dir}")
+    free = human_bytes(disk.free_bytes)
+    if need and disk.free_bytes < need:
+        return Check(
+            "disk",
+            "fail",
+            f"only {free} free on {disk.path} (run_dir {where}); the launch files and a log "
+            f"need {human_bytes(need)}",
+        )
+    if disk.free_bytes < MIN_RUN_DIR_FREE_BYTES:
+        return Check(
+            "disk", "warn", f"only {free} free on {disk.path} (run_dir {where}); logs may fill it"
+        )
+    return Check("disk", "pass", f"{free} free on {disk.path} (run_dir {where})")
+
+
+def _check_shm(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
+    disk = facts.shm_disk
+    if disk is None:
+        return Check("shm", "warn", "cannot read free space in /dev/shm")
+    psm = facts.shm_psm_files or {}
+    stale = bool(psm) and facts.compute_apps == [] and not own
+    if disk.free_bytes < MIN_SHM_FREE_BYTES:
+        extra = f"; {len(psm)} psm_* segments ({_gib(sum(psm.values()))})" if psm else ""
+        return Check(
+            "shm",
+            "warn",
+            f"only {_gib(disk.free_bytes)} free in /dev/shm{extra}; NCCL and vLLM need "
+            "shared memory",
+        )
+    if stale:
+        return Check(
+            "shm",
+            "warn",
+            f"{len(psm)} psm_* shared-memory segments ({_gib(sum(psm.values()))}) in /dev/shm with "
+            "no GPU process running: leaked by a crashed vLLM (fab kill-stale removes them)",
+        )
+    return Check("shm", "pass", f"{_gib(disk.free_bytes)} free in /dev/shm")
+
+
+def _check_remove_ipc(profile: Profile, facts: HostFacts) -> Check:
+    if facts.uid is None:
+        return Check("remove_ipc", "warn", "cannot tell the login user; RemoveIPC not checked")
+    user = facts.user or f"uid {facts.uid}"
+    if facts.uid == 0:
+        return Check("remove_ipc", "pass", "login user is root: logind's RemoveIPC does not apply")
+    if facts.uid < FIRST_NORMAL_UID:
+        return Check("remove_ipc", "pass", f"{user} is a system user: RemoveIPC does not apply")
+    if facts.remove_ipc is False:
+        return Check("remove_ipc", "pass", f"RemoveIPC=no: {user}'s shared memory survives logout")
+    setting = "RemoveIPC=yes" if facts.remove_ipc else "RemoveIPC is unset (systemd default: yes)"
+    return Check(
+        "remove_ipc",
+        "warn",
+        f"{setting} and the login user {user} is not root: systemd-logind deletes {user}'s "
+        "/dev/shm segments when their last SSH session ends, killing vLLM's shared memory; set "
+        "RemoveIPC=no in /etc/systemd/logind.conf or run loginctl enable-linger " + user,
+    )

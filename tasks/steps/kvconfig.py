@@ -1,0 +1,102 @@
+"""patch-kv-config: the checkpoint's KV-cache config patched (or restored) on the host."""
+
+from __future__ import annotations
+
+from kimi_ops import kvpatch
+from kimi_ops.errors import StepFailed
+from kimi_ops.profile import Profile
+from kimi_ops.result import StepResult, changed, ok, skipped
+from kimi_ops.shell import quote as q
+
+from ..host import FileInfo, Host
+
+
+def _model_files(h: Host, p: Profile, step: str) -> dict[str, FileInfo]:
+    """config files and their backups, by name, in one round trip."""
+    names = [*kvpatch.KV_KEYS, *(kvpatch.backup_name(n) for n in kvpatch.KV_KEYS)]
+    paths = [f"{p.model}/{n}" for n in names]
+    found = h.read_files(paths, step=step, require_dir=p.model)
+    return {n: found[path] for n, path in zip(names, paths, strict=True)}
+
+
+def patch_kv_config(
+    h: Host, p: Profile, *, restore: bool = False, step: str = "patch-kv-config"
+) -> StepResult:
+    """Remove (or, with ``restore``, bring back) the checkpoint's FP8 KV-cache settings.
+
+    Three round trips: read the files, write any missing backups (``cp -p``, never over an
+    existing backup), upload the patched texts and swap them in together.
+    """
+    files = _model_files(h, p, step)
+    if restore:
+        return _restore(h, p, files, step)
+    try:
+        patches = kvpatch.plan_patch({n: files[n].text for n in kvpatch.KV_KEYS})
+    except kvpatch.ConfigPatchError as exc:
+        raise StepFailed(
+            step, f"{p.model}/{exc.message}", hint=exc.hint or "nothing was changed"
+        ) from exc
+    todo = [fp for fp in patches if fp.changed]
+    if not todo:
+        return ok(
+            step, "no FP8 KV-cache settings in the checkpoint: nothing to patch (already patched?)"
+        )
+    diff = "".join(fp.diff(p.model) for fp in todo)
+    removed = ", ".join(k for fp in todo for k in fp.removed)
+    if h.dry:
+        return skipped(step, f"dry run: would remove {removed}", diff=diff)
+    backups = " && ".join(
+        f"{{ test -e {q(f'{p.model}/{kvpatch.backup_name(fp.name)}')} || cp -p -- "
+        f"{q(f'{p.model}/{fp.name}')} {q(f'{p.model}/{kvpatch.backup_name(fp.name)}')}; }}"
+        for fp in todo
+    )
+    h.run(
+        backups,
+        step=step,
+        hint="cannot write a backup in the model directory: is it writable (and not full)?",
+    )
+    uploads = [
+        (fp.new.encode(), f"{p.model}/{fp.name}", files[fp.name].mode or 0o644) for fp in todo
+    ]
+    try:
+        h.put_files(uploads, step=step)
+    except StepFailed as exc:
+        raise StepFailed(
+            step,
+            f"{exc.reason}. Changed: nothing (the config files are as they were; backups "
+            f"*{kvpatch.backup_name('')} hold the originals)",
+            command=exc.command,
+            exited=exc.exited,
+            stderr=exc.stderr,
+            hint=exc.hint,
+        ) from exc
+    return changed(
+        step,
+        f"removed {removed}; originals kept as *{kvpatch.backup_name('')}",
+        diff=diff,
+    )
+
+
+def _restore(h: Host, p: Profile, files: dict[str, FileInfo], step: str) -> StepResult:
+    """Move each backup back over its file: byte for byte, atomic (rename), backup gone."""
+    restored: list[str] = []
+    diffs: list[str] = []
+    for name in kvpatch.KV_KEYS:
+        original = files[kvpatch.backup_name(name)].text
+        if original is None:
+            continue
+        path = f"{p.model}/{name}"
+        diffs.append(kvpatch.unified_diff(files[name].text or "", original, path))
+        restored.append(name)
+    if not restored:
+        return ok(step, "no backups to restore: the checkpoint was not patched by kimi-ops")
+    if h.dry:
+        return skipped(step, "dry run: would restore " + ", ".join(restored), diff="".join(diffs))
+    h.run(
+        " && ".join(
+            f"mv -f -- {q(f'{p.model}/{kvpatch.backup_name(n)}')} {q(f'{p.model}/{n}')}"
+            for n in restored
+        ),
+        step=step,
+    )
+    return changed(step, "restored the originals of " + ", ".join(restored), diff="".join(diffs))

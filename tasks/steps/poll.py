@@ -1,0 +1,84 @@
+"""verify: poll the server until it answers, dies or times out, with the log's diagnosis."""
+
+from __future__ import annotations
+
+import time
+
+from kimi_ops import verify as vfy
+from kimi_ops.profile import Profile
+from kimi_ops.result import StepResult, failed, ok
+
+from ..host import Host
+from ..report import Reporter
+from .common import Clock, Sleep, _probe_command, _run_dir
+
+
+def verify(
+    h: Host,
+    p: Profile,
+    reporter: Reporter,
+    *,
+    step: str = "verify",
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+    from_end: bool = False,
+    expect_launch_id: str | None = None,
+) -> StepResult:
+    """Poll until ready, failed, or startup_timeout (see :mod:`kimi_ops.verify`).
+
+    ``expect_launch_id``: the launch this run started; verify fails if another launch replaced
+    it rather than follow a server this run did not start."""
+    r = _run_dir(p)
+    state = vfy.VerifyState(
+        p.served_model_name,
+        p.startup_timeout,
+        p.stall_timeout,
+        context={"port": p.port, "served_model_name": p.served_model_name},
+        expected_launch_id=expect_launch_id,
+    )
+    start = clock()
+    probe = _probe_command(p)
+    decoder = vfy.log_decoder()
+    while True:
+        out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
+        facts = vfy.parse_poll(out.stdout, decoder)
+        if facts.log_exists and facts.log_size < state.offset:  # a new log: nothing pending
+            decoder = vfy.log_decoder()
+        verdict = state.feed_poll(facts, clock() - start)
+        if verdict.probe_due and not verdict.done:
+            res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
+            verdict = state.feed_probe(vfy.parse_probe(res.stdout + res.stderr), clock() - start)
+            if verdict.ok and expect_launch_id:
+                # The answer came from the port: prove the launch there is still this run's,
+                # and (run through the lock guard, as mutating commands are) that this run
+                # still holds the deployment lock: a run that lost it never reports ready.
+                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=True)
+                facts = vfy.parse_poll(out.stdout)
+                recheck = state.feed_poll(facts, clock() - start)
+                if recheck.done:  # replaced, stopped or gone meanwhile
+                    verdict = recheck
+        if verdict.done:
+            break
+        reporter.progress(step, verdict.message)
+        if facts.read < vfy.MAX_POLL_BYTES:  # caught up with the log: wait for more
+            sleep(p.poll_interval)
+    diag = verdict.diagnosis
+    data = {
+        "state": verdict.state,
+        "diagnosis": diag.to_dict(),
+        "seconds": round(clock() - start, 1),
+        "pid": facts.pid,
+        "launch_id": facts.launch_id,
+    }
+    if verdict.ok:
+        return ok(
+            step,
+            verdict.message,
+            data=data,
+            lines=(f"PID {facts.pid}, {p.served_model_name} on port {p.port}",),
+        )
+    lines = [f"label: {diag.label}"]
+    lines += [f"evidence: {e}" for e in diag.evidence[:3]]
+    lines.append("last log lines:")
+    lines += [f"  {ln}" for ln in state.diagnoser.tail[-30:]]
+    return failed(step, verdict.message, lines=tuple(lines), hint=diag.hint, data=data)

@@ -1,0 +1,165 @@
+"""kill-stale and clean-shm: this deployment's server processes and its /dev/shm files."""
+
+from __future__ import annotations
+
+import time
+
+from kimi_ops import procs, shm
+from kimi_ops import script as launch_script
+from kimi_ops.defaults import (
+    LAUNCH_ID_FILE,
+    PIDFILE,
+)
+from kimi_ops.profile import Profile
+from kimi_ops.result import StepResult, changed, failed, ok, skipped
+from kimi_ops.shell import quote as q
+
+from ..host import Host
+from .common import Clock, Sleep, _run_dir
+
+
+def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, str | None]:
+    """One round trip: the pidfile's PID, the current launch id and the process listing."""
+    r = _run_dir(p)
+    out = h.run(
+        f"cat {q(r + '/' + PIDFILE)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; "
+        f"cat {q(r + '/' + LAUNCH_ID_FILE)} 2>/dev/null | sed -n '1s/^/launch_id=/p'; "
+        + procs.LISTING_COMMAND,
+        step=step,
+        mutating=False,
+    )
+    head = launch_script.parse_key_values(
+        "\n".join(ln for ln in out.stdout.split("\n") if ln.startswith(("pidfile=", "launch_id=")))
+    )
+    pid_text = head.get("pidfile", "").strip()
+    launch_id = head.get("launch_id", "").strip() or None
+    return (
+        procs.parse_listing(out.stdout),
+        int(pid_text) if pid_text.isdigit() else None,
+        launch_id,
+    )
+
+
+def owned(h: Host, p: Profile, step: str) -> procs.Selection:
+    """This deployment's processes on the host now (orphans and stale launches included)."""
+    found, pidfile_pid, launch_id = listing(h, p, step)
+    return procs.owned_processes(found, _run_dir(p), pidfile_pid, launch_id, port=p.port)
+
+
+def kill_stale(
+    h: Host,
+    p: Profile,
+    *,
+    step: str = "kill-stale",
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> StepResult:
+    """End this deployment's processes (its server tree, orphans and stale launches): SIGTERM, a
+    grace period, then SIGKILL. Never another deployment's, the shell running the command, its
+    ancestors, or processes that merely mention vllm or carry a vLLM title."""
+    selection = owned(h, p, step)
+    foreign = tuple(selection.describe_foreign())
+    if not selection.targets:
+        return ok(
+            step,
+            f"no process of this deployment ({_run_dir(p)}, port {p.port}) is running",
+            lines=foreign,
+        )
+    lines = tuple(selection.describe()) + foreign
+    if h.dry:
+        return skipped(
+            step, f"dry run: would end {len(selection.targets)} process(es)", lines=lines
+        )
+    term = h.run(procs.signal_command("TERM", selection.pids), step=step)
+    sent, _ = procs.parse_signal_output(term.stdout)
+    deadline = clock() + p.grace_seconds
+    remaining = list(selection.targets)
+    while remaining and clock() < deadline:
+        sleep(min(0.5, max(0.05, p.grace_seconds / 10)))
+        now, _, _ = listing(h, p, step)
+        remaining = procs.still_running(selection, now)
+    killed: list[int] = []
+    if remaining:
+        out = h.run(procs.signal_command("KILL", [x.pid for x in remaining]), step=step)
+        killed, _ = procs.parse_signal_output(out.stdout)
+        for _ in range(20):
+            sleep(0.25)
+            now, _, _ = listing(h, p, step)
+            remaining = procs.still_running(selection, now)
+            if not remaining:
+                break
+        if remaining:
+            return failed(
+                step,
+                f"{len(remaining)} process(es) survived SIGKILL: "
+                + ", ".join(str(x.pid) for x in remaining),
+                lines=lines,
+                hint="a process in uninterruptible sleep (D state) may be stuck in the GPU "
+                "driver; check `ps -o pid,stat,args -p PID` and nvidia-smi",
+            )
+    how = f"SIGTERM to {len(sent)}"
+    if killed:
+        how += f", SIGKILL to {len(killed)} after {p.grace_seconds:g} s"
+    orphans = len(selection.orphans)
+    what = f"{len(selection.targets)} process(es)" + (
+        f", {orphans} of them orphans" if orphans else ""
+    )
+    return changed(
+        step,
+        f"ended {what} ({how})",
+        lines=lines,
+        data={
+            "pids": selection.pids,
+            "killed": killed,
+            "orphans": sorted(selection.orphans),
+            "left_alone": [x.pid for x, _ in selection.foreign],
+        },
+    )
+
+
+# --- clean-shm --------------------------------------------------------------------------------
+
+
+def clean_shm(
+    h: Host, p: Profile, *, step: str = "clean-shm", refuse_fails: bool = True
+) -> StepResult:
+    """Remove the psm_* and sem.mp-* files in shm_dir that no live process maps or holds open
+    (and that are older than a few seconds). Files in use (another deployment's live server)
+    are kept and named. ``refuse_fails``: fail when a file had to be kept only because some
+    process's maps could not be read (the `clean-shm` task); deploy passes False."""
+    out = h.run(shm.usage_command(p.shm_dir), step=step, mutating=False)
+    usage = shm.parse_usage(out.stdout, p.shm_dir)
+    plan = shm.plan_shm_cleanup(usage)
+    kept = tuple(f"kept {f.path}: {why}" for f, why in plan.kept)
+    if plan.undecided and refuse_fails and not plan.files:
+        return failed(
+            step,
+            f"cannot tell whether {len(plan.undecided)} shm file(s) are in use: "
+            "some processes' maps cannot be read; nothing removed",
+            lines=kept,
+            hint="run it as root (or as the user of every process on the host)",
+        )
+    if not plan.files:
+        if kept:
+            return ok(step, f"no stale shared memory in {p.shm_dir}; kept {len(kept)}", lines=kept)
+        return ok(step, f"no stale shared memory in {p.shm_dir}")
+    size = shm.human_bytes(plan.total_bytes)
+    if h.dry:
+        return skipped(
+            step,
+            f"dry run: would remove {len(plan.files)} file(s), {size}",
+            lines=tuple(f.path for f in plan.files[:20]) + kept,
+        )
+    for command in shm.remove_commands(plan.files, p.shm_dir):
+        h.run(command, step=step)
+    extra = f"; kept {len(kept)} in use" if kept else ""
+    return changed(
+        step,
+        f"removed {len(plan.files)} stale shm file(s), {size} freed{extra}",
+        lines=kept,
+        data={
+            "count": len(plan.files),
+            "bytes": plan.total_bytes,
+            "kept": [{"path": f.path, "why": why} for f, why in plan.kept],
+        },
+    )

@@ -1,0 +1,175 @@
+"""upload-script: the launch script, env file, probe and stand-in put in run_dir."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+from kimi_ops import kvpatch, procs
+from kimi_ops import script as launch_script
+from kimi_ops import verify as vfy
+from kimi_ops.defaults import (
+    ENV_FILE,
+    LAUNCH_SCRIPT,
+    LOG_DIR,
+    PROBE_SCRIPT,
+    STANDIN_CONFIG,
+    STANDIN_SCRIPT,
+)
+from kimi_ops.errors import StepFailed
+from kimi_ops.preflight import (
+    Plan,
+)
+from kimi_ops.profile import Profile
+from kimi_ops.result import StepResult, changed, ok, skipped
+from kimi_ops.shell import quote as q
+
+from ..host import Host
+from .common import _probe_command, _resource, _run_dir
+
+
+def env_file_text(values: dict[str, str]) -> str:
+    return "".join(f"export {k}={q(v)}\n" for k, v in sorted(values.items()))
+
+
+def upload_files(
+    p: Profile,
+    *,
+    plan: Plan | None = None,
+    secrets_env: dict[str, str] | None = None,
+) -> dict[str, tuple[bytes, int]]:
+    """Every file upload-script puts in run_dir: name -> (content, mode)."""
+    script = launch_script.render_launch_script(
+        p,
+        extra_args=plan.launch_args if plan else None,
+        env=plan.env if plan else None,
+    )
+    files: dict[str, tuple[bytes, int]] = {
+        LAUNCH_SCRIPT: (script.encode(), 0o700),
+        PROBE_SCRIPT: (_resource(PROBE_SCRIPT), 0o600),
+    }
+    if p.is_standin:
+        files[STANDIN_SCRIPT] = (_resource(STANDIN_SCRIPT), 0o700)
+        settings = {**p.standin.to_dict(), "shm_dir": p.shm_dir}
+        config = json.dumps(settings, indent=2, sort_keys=True) + "\n"
+        files[STANDIN_CONFIG] = (config.encode(), 0o600)
+    if secrets_env:
+        files[ENV_FILE] = (env_file_text(secrets_env).encode(), 0o600)
+    return files
+
+
+def sync_files(
+    h: Host,
+    p: Profile,
+    files: dict[str, tuple[bytes, int]],
+    *,
+    step: str,
+    remove: Sequence[str] = (),
+) -> tuple[list[str], str]:
+    """Make run_dir hold ``files`` (and not ``remove``): (changed names, launch-script diff).
+
+    Two round trips when something changed: create run_dir, delete ``remove``, read the
+    checksums and the old launch script; then upload and swap everything in at once.
+    """
+    r = _run_dir(p)
+    names = " ".join(q(f"{r}/{n}") for n in files)
+    script = q(f"{r}/{LAUNCH_SCRIPT}")
+    prepare = f"mkdir -p -m 700 {q(r)} {q(r + '/' + LOG_DIR)}"
+    for name in remove:
+        path = q(f"{r}/{name}")
+        prepare += f" && {{ if [ -e {path} ]; then rm -f -- {path} && echo @@removed:{name}; fi; }}"
+    read = f"sha256sum {names} 2>/dev/null; echo @@script; cat {script} 2>/dev/null; true"
+    out = h.run(
+        read if h.dry else f"{prepare} && {{ {read}; }}", step=step, check=False, mutating=False
+    )
+    if not out.ok:
+        why = (out.stderr.strip().splitlines() or [f"exit status {out.exited}"])[-1]
+        raise StepFailed(
+            step,
+            f"cannot create run_dir {r}: {why}",
+            command=out.command,
+            exited=out.exited,
+            stderr=out.stderr,
+            hint="set kimi.run_dir to a directory the SSH user can create and write",
+        )
+    sums, _, old_script = out.stdout.partition("@@script\n")
+    current = {}
+    changed_names = [
+        f"(removed {ln.split(':', 1)[1]})"
+        for ln in sums.splitlines()
+        if ln.startswith("@@removed:")
+    ]
+    for line in sums.splitlines():
+        digest, _, path = line.partition("  ")
+        current[path.rsplit("/", 1)[-1]] = digest
+    todo = [
+        name
+        for name, (data, _) in files.items()
+        if current.get(name) != hashlib.sha256(data).hexdigest()
+    ]
+    diff = ""
+    if LAUNCH_SCRIPT in todo:
+        new_script = files[LAUNCH_SCRIPT][0].decode()
+        diff = kvpatch.unified_diff(old_script, new_script, f"{r}/{LAUNCH_SCRIPT}")
+    h.put_files([(files[n][0], f"{r}/{n}", files[n][1]) for n in todo], step=step)
+    return todo + changed_names, diff
+
+
+def ensure_standin(h: Host, p: Profile, *, step: str) -> None:
+    """With ``engine: standin``, the emulator must be on the host before facts are gathered."""
+    if p.is_standin:
+        files = upload_files(p)
+        sync_files(h, p, {n: files[n] for n in (STANDIN_SCRIPT, STANDIN_CONFIG)}, step=step)
+
+
+def upload_script(
+    h: Host,
+    p: Profile,
+    *,
+    plan: Plan | None = None,
+    secrets_env: dict[str, str] | None = None,
+    step: str = "upload-script",
+) -> StepResult:
+    """Render the launch script (with the plan's launch arguments) and upload what changed."""
+    r = _run_dir(p)
+    files = upload_files(p, plan=plan, secrets_env=secrets_env)
+    # Files that are not part of this deployment (secrets removed from the profile, engine no
+    # longer the stand-in) must not stay behind.
+    stale = [n for n in (ENV_FILE, STANDIN_CONFIG) if n not in files]
+    uploaded, diff = sync_files(h, p, files, step=step, remove=stale)
+    if not uploaded:
+        return ok(step, f"{r}/{LAUNCH_SCRIPT} is up to date", data={"uploaded": []})
+    verb = "would upload" if h.dry else "uploaded"
+    res = changed if not h.dry else skipped
+    return res(step, f"{verb} {', '.join(uploaded)} to {r}", diff=diff, data={"uploaded": uploaded})
+
+
+def running_unchanged(
+    h: Host, p: Profile, files: dict[str, tuple[bytes, int]], *, step: str = "deploy"
+) -> StepResult | None:
+    """If the server that runs now was launched from exactly ``files`` and answers a chat
+    completion, an ok result saying nothing needs to change; otherwise None."""
+    r = _run_dir(p)
+    state = launch_script.parse_key_values(
+        h.run(launch_script.running_state_command(r), step=step, mutating=False).stdout
+    )
+    args = state.get("args", "")
+    if not args or procs.server_args(args) is None and not procs.is_vllm_title(args):
+        return None
+    expected = launch_script.deployment_digest({n: d for n, (d, _) in files.items()})
+    if state.get("digest") != expected:
+        return None
+    probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=90)
+    result = vfy.parse_probe(probe.stdout + probe.stderr)
+    if not result.ready_for(p.served_model_name):
+        return None
+    return ok(
+        step,
+        f"server PID {state.get('pid')} (launch {state.get('launch_id')}) already runs this exact "
+        "profile and answers: nothing changed (--restart forces a new launch)",
+        data={
+            "pid": int(state["pid"]) if state.get("pid", "").isdigit() else None,
+            "unchanged": True,
+        },
+    )
