@@ -48,6 +48,7 @@ from kimi_ops.preflight import (
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, failed, ok, skipped
 from kimi_ops.shell import quote as q
+from standin import bundle as standin_bundle
 
 from .host import FileInfo, Host
 from .report import Reporter
@@ -316,7 +317,7 @@ def _restore(h: Host, p: Profile, files: dict[str, FileInfo], step: str) -> Step
 
 def _resource(name: str) -> bytes:
     if name == STANDIN_SCRIPT:
-        return resources.files("kimi_ops").joinpath("standin.py").read_bytes()
+        return standin_bundle.build()
     if name == DIAGNOSE_MODULE:
         return resources.files("kimi_ops").joinpath("diagnose.py").read_bytes()
     return resources.files("tasks.remote").joinpath(name).read_bytes()
