@@ -1,8 +1,8 @@
 """Shared helpers of the benchmarks: the e2e harness, stand-in deployments, sshd log counting.
 
 Everything runs against throwaway OpenSSH sshd processes on 127.0.0.x (tests/e2e/harness.py)
-and the stand-in engine (kimi_ops/standin.py, which EMULATES vLLM and loads no model). Every
-process a benchmark starts is ended by PID; the only pattern kill is the seed-style
+and the stand-in engine (the standin package, uploaded as one file: it EMULATES vLLM and loads
+no model). Every process a benchmark starts is ended by PID; the only pattern kill is the seed-style
 ``pkill -9 -f "<MARKER>.*vllm"`` of the manual baseline, whose marker is unique to the run.
 """
 
@@ -50,6 +50,7 @@ from e2e.harness import (  # noqa: E402
 )
 
 from kimi_ops.checkpoint import checkpoint_files  # noqa: E402
+from standin import bundle  # noqa: E402
 
 __all__ = [
     "SshdHost",
@@ -387,7 +388,7 @@ def preinstall_standin(t: Target, **extra: Any) -> None:
     """Put the emulator on the "host" for the baselines (what `pip install vllm` is for them;
     kimi-ops uploads it itself as part of its deploy)."""
     t.run_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "kimi_ops" / "standin.py", t.run_dir / "kimi_standin.py")
+    (t.run_dir / "kimi_standin.py").write_bytes(bundle.build())
     (t.run_dir / "standin.json").write_text(json.dumps(standin_settings(t, **extra)))
 
 

@@ -4,7 +4,7 @@
     .venv/bin/python bench/run_all.py --quick    # smoke run (1-2 reps, smaller sizes)
 
 Starts its own sshd processes on 127.0.0.1 .. 127.0.0.9 (tests/e2e/harness.py) and deploys the
-stand-in engine (kimi_ops/standin.py: EMULATES vLLM, loads no model). Prints a markdown table and
+stand-in engine (the standin package: EMULATES vLLM, loads no model). Prints a markdown table and
 writes bench/results/latest.json (with machine info and the date; the previous latest.json's
 numbers appear in a "Prev" column) and bench/results/chart.png. Ansible runs from its own venv,
 bench/.venv-ansible (created on first use: pip install ansible-core). See bench/README.md.

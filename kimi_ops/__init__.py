@@ -2,8 +2,8 @@
 
 Everything here turns facts (the text of ``ps``, ``nvidia-smi``, a log, a JSON file) into
 decisions and commands. Nothing here does I/O or imports fabric, invoke, paramiko, subprocess
-or socket, so it can be used from any script and tested with plain data. The one exception is
-``kimi_ops/standin.py``, a stand-alone stdlib file uploaded to hosts to *emulate* vLLM.
+or socket, so it can be used from any script and tested with plain data. (The stand-in engine
+that *emulates* vLLM on hosts is not part of it: it is the ``standin`` package.)
 
 Example::
 

@@ -80,7 +80,7 @@ DEFAULTS: dict[str, Any] = {
     "grace_seconds": 20.0,
     # Where vLLM's leaked shared memory (psm_*, sem.mp-*) lives; clean-shm looks only here.
     "shm_dir": "/dev/shm",
-    # "vllm" runs the real server; "standin" runs kimi_ops/standin.py, which emulates it.
+    # "vllm" runs the real server; "standin" runs the stand-in (standin/), which emulates it.
     "engine": "vllm",
     # What the server runs on: "auto" (CUDA when nvidia-smi answers on the host, else the CPU),
     # "cuda", or "cpu" (vLLM's CPU build).

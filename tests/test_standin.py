@@ -1,7 +1,8 @@
-"""Tests for kimi_ops/standin.py, the stand-in that EMULATES vLLM (it loads no model).
+"""Tests for the stand-in engine (the ``standin`` package), which EMULATES vLLM (it loads no model).
 
-Every test runs the stand-in as a real subprocess (``sys.executable kimi_ops/standin.py``) with its
-own temp dir (model dir, standin.json via KIMI_STANDIN_CONFIG, state file) and a free port on
+Every test runs the stand-in as a real subprocess, as a host does: the ONE file the deploy
+uploads, built from the package by ``standin.bundle`` (``sys.executable kimi_standin.py``), with
+its own temp dir (model dir, standin.json via KIMI_STANDIN_CONFIG, state file) and a free port on
 127.0.0.1. Every process a test starts is killed by PID in the fixture's teardown, and the
 /dev/shm files a stand-in leaves behind are removed by name.
 """
@@ -25,7 +26,8 @@ from typing import Any
 
 import pytest
 
-STANDIN = Path(__file__).resolve().parents[1] / "kimi_ops" / "standin.py"
+from standin import bundle
+
 READY = "Application startup complete."
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never use a proxy
 
@@ -189,8 +191,9 @@ class Standin:
 class Case:
     """One test's temp world: model dir, config file, state file."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, script: Path) -> None:
         self.tmp = tmp
+        self.script = script
         self.config_path = tmp / "standin-test.json"
         self.state = tmp / "gpu-state.json"
         self.started: list[Standin] = []
@@ -213,7 +216,7 @@ class Case:
     ) -> subprocess.CompletedProcess[str]:
         """Short-lived invocations (errors, nvidia-smi, vllm-version)."""
         return subprocess.run(
-            [sys.executable, str(kw.pop("script", STANDIN)), *args],
+            [sys.executable, str(kw.pop("script", self.script)), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -225,7 +228,7 @@ class Case:
         log = self.tmp / f"standin-{len(self.started)}.log"
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
-                [sys.executable, str(STANDIN), *args],
+                [sys.executable, str(self.script), *args],
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env=self.env(env),
@@ -306,9 +309,17 @@ class Case:
                 os.unlink(path)
 
 
+@pytest.fixture(scope="session")
+def standin_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one file a host runs, built from the standin package once per session."""
+    path = tmp_path_factory.mktemp("bundle") / "kimi_standin.py"
+    path.write_bytes(bundle.build())
+    return path
+
+
 @pytest.fixture
-def case(tmp_path: Path):
-    c = Case(tmp_path)
+def case(tmp_path: Path, standin_script: Path):
+    c = Case(tmp_path, standin_script)
     c.config()
     try:
         yield c
@@ -743,7 +754,7 @@ def test_vllm_version_and_config_beside_the_file(case: Case) -> None:
     run_dir = case.tmp / "run dir"
     run_dir.mkdir()
     script = run_dir / "kimi_standin.py"
-    shutil.copy(STANDIN, script)
+    shutil.copy(case.script, script)
     (run_dir / "standin.json").write_text(json.dumps({"vllm_version": "0.18.0", "gpu_count": 2}))
     env = {k: v for k, v in os.environ.items() if k != "KIMI_STANDIN_CONFIG"}
     res = subprocess.run(

@@ -13,6 +13,7 @@ from kimi_ops.defaults import (
     STANDIN_SCRIPT,
 )
 from kimi_ops.profile import Profile
+from standin import bundle as standin_bundle
 
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
@@ -24,7 +25,7 @@ def _run_dir(p: Profile) -> str:
 
 def _resource(name: str) -> bytes:
     if name == STANDIN_SCRIPT:
-        return resources.files("kimi_ops").joinpath("standin.py").read_bytes()
+        return standin_bundle.build()
     if name == DIAGNOSE_MODULE:
         return resources.files("kimi_ops").joinpath("diagnose.py").read_bytes()
     return resources.files("tasks.remote").joinpath(name).read_bytes()

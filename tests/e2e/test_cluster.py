@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from standin import bundle
+
 from .deployment import make_deployment
 from .harness import (
     REPO_ROOT,
@@ -495,9 +497,11 @@ def test_standin_short_of_gpus_fails_with_vllms_words(ray_python: str, tmp_path:
     try:
         config = tmp_path / "standin.json"
         config.write_text('{"gpu_count": 1, "ray_pg_timeout": 3, "load_seconds": 0.1}')
+        script = tmp_path / "kimi_standin.py"  # the one file deploy uploads
+        script.write_bytes(bundle.build())
         argv = [
             ray_python,
-            str(REPO_ROOT / "kimi_ops" / "standin.py"),
+            str(script),
             "--model",
             str(dep.model),
             "--port",
@@ -552,7 +556,7 @@ def test_cluster_dry_run_changes_nothing(cluster: dict) -> None:
     without it there are no emulated GPU and vLLM facts to check.)"""
     for run_dir in cluster["runs"].values():
         run_dir.mkdir()
-        shutil.copy(REPO_ROOT / "kimi_ops" / "standin.py", run_dir / "kimi_standin.py")
+        (run_dir / "kimi_standin.py").write_bytes(bundle.build())
     run = fab(cluster, "deploy", "--dry", timeout=120)
     assert run.ok, run.describe()
     assert "ray-head: dry run: would start Ray on head" in run.output, run.describe()
