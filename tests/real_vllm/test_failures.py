@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -27,9 +28,9 @@ def label_and_hint(output: str) -> tuple[list[str], str]:
     return labels, hints
 
 
-def assert_engine_diagnoses(dep: RealDeployment, label: str, needle: str) -> None:
+def assert_engine_diagnoses(dep: RealDeployment, label: str, needle: str, **kimi: Any) -> None:
     """Started past preflight, the real engine fails and fab names `label`, hint with `needle`."""
-    runs = dep.launch_past_preflight()
+    runs = dep.launch_past_preflight(**kimi)
     out = "\n".join(r.describe() for r in runs)
     assert runs[-1].returncode != 0, out
     labels, hints = label_and_hint(runs[-1].output)
@@ -69,11 +70,15 @@ def test_bad_flag(deployment: Callable[..., RealDeployment]) -> None:
 
 def test_max_model_len_over_the_models(deployment: Callable[..., RealDeployment]) -> None:
     dep = deployment("tiny-llama")
-    run = dep.deploy(extra_args=["--dtype", "bfloat16", "--max-model-len", "4096"])
-    assert run.returncode != 0, run.describe()
-    labels, hints = label_and_hint(run.output)
-    assert "bad_argument" in labels, run.describe()
-    assert "4096" in hints and "max_model_len" in hints.replace("-", "_"), run.describe()
+    too_long = ["--dtype", "bfloat16", "--max-model-len", "4096"]
+    refused = dep.deploy(extra_args=too_long)
+    # preflight's sizing knows the model's length and refuses before launch, naming both
+    assert refused.returncode != 0, refused.describe()
+    assert "kv_cache_fit" in refused.output and "4,096" in refused.output, refused.describe()
+    assert "max_position_embeddings (512)" in refused.output, refused.describe()
+    assert dep.pidfile_pid() is None, "deploy launched a server preflight should refuse"
+    # and the real engine, started anyway, is diagnosed bad_argument naming the length
+    assert_engine_diagnoses(dep, "bad_argument", "4096", extra_args=too_long)
 
 
 def test_fp8_kv_cache_on_mla(deployment: Callable[..., RealDeployment]) -> None:
