@@ -138,7 +138,7 @@ LOCK_FILE = "kimi-ops.lock"
 PROBE_SCRIPT = "kimi_probe.py"
 STANDIN_SCRIPT = "kimi_standin.py"
 STANDIN_CONFIG = "standin.json"
-DIAGNOSE_MODULE = "kimi_diagnose.py"  # kimi_ops/diagnose.py, for `fab diagnose` on the host
+DIAGNOSE_MODULE = "kimi_diagnose.py"  # kimi_ops.diagnose in one file (tasks/bundle.py)
 DIAGNOSE_RUNNER = "kimi_diagnose_run.py"
 
 #: Backups of the model's config files written by patch-kv-config.

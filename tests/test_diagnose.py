@@ -36,6 +36,10 @@ from kimi_ops.diagnose import (
 
 # ``kimi_ops`` re-exports a *function* called ``diagnose``; fetch the module itself.
 D = importlib.import_module("kimi_ops.diagnose")
+#: The package's modules: the fast line filter and streaming state, and the line patterns.
+SCANNER = importlib.import_module("kimi_ops.diagnose.scanner")
+MARKERS = importlib.import_module("kimi_ops.diagnose.markers")
+RULES_MODULE = importlib.import_module("kimi_ops.diagnose.rules")
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "logs"
@@ -223,8 +227,11 @@ def test_fixture(path: Path) -> None:
 
 
 def test_every_rule_has_a_fixture() -> None:
-    covered = {fixture_meta(p)[1] for p in fixture_files()}
-    missing = [r.name for r in RULES if r.name not in covered]
+    """Every rule record (the table, and the KV-cache variant ``_decide`` swaps in) has a
+    fixture it must decide (``test_fixture`` checks the label and the deciding rule)."""
+    covered = {fixture_meta(p) for p in fixture_files()}
+    records = (*RULES, RULES_MODULE._FP8_ARCH_KV_RULE)
+    missing = [r.name for r in records if (r.label, r.name) not in covered]
     assert not missing, f"rules without a test case: {missing}"
 
 
@@ -754,20 +761,22 @@ def test_fast_line_filter_misses_nothing(path: Path, monkeypatch: pytest.MonkeyP
     text = read(path)
     fast = diagnose(text, CONTEXT)
     if path.name not in HEAD_SCAN_ONLY:  # the trigger lines alone decide the same
-        monkeypatch.setattr(D, "_FULL_SCAN", 0)
+        monkeypatch.setattr(SCANNER, "_FULL_SCAN", 0)
         assert diagnose(text, CONTEXT) == fast
 
     def every_line(scan: str) -> list[int]:
         return [0] + [i + 1 for i, ch in enumerate(scan[:-1]) if ch == "\n"]
 
-    monkeypatch.setattr(D, "_candidate_lines", every_line)
+    monkeypatch.setattr(SCANNER, "_candidate_lines", every_line)
     assert diagnose(text, CONTEXT) == fast
 
 
 def test_module_is_pure() -> None:
-    tree = ast.parse(Path(D.__file__).read_text())
     imported = set()
-    for node in ast.walk(tree):
+    package = Path(D.__file__).parent
+    trees = [ast.parse(p.read_text()) for p in sorted(package.glob("*.py"))]
+    assert len(trees) > 5  # the package's modules, not only __init__.py
+    for node in (n for tree in trees for n in ast.walk(tree)):
         if isinstance(node, ast.Import):
             imported.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -820,10 +829,10 @@ def test_many_interesting_lines_stay_fast() -> None:
 
 
 def test_every_stage_and_fact_keyword_is_reachable_by_the_line_filter() -> None:
-    words = D._TRIGGER_WORDS + D._FIND_WORDS
-    keys = {k for mk in D._STAGE_MARKERS for k in mk.keywords}
-    keys |= {k for ks, _ in D._FACT_PATTERNS for k in ks}
-    keys -= D._KEYWORDS_ON_ERROR_LINES | D._HEAD_ONLY_KEYWORDS
+    words = SCANNER._TRIGGER_WORDS + SCANNER._FIND_WORDS
+    keys = {k for mk in MARKERS._STAGE_MARKERS for k in mk.keywords}
+    keys |= {k for ks, _ in MARKERS._FACT_PATTERNS for k in ks}
+    keys -= SCANNER._KEYWORDS_ON_ERROR_LINES | SCANNER._HEAD_ONLY_KEYWORDS
     unreachable = sorted(k for k in keys if not any(w in k for w in words))
     assert not unreachable
 
@@ -851,8 +860,8 @@ def test_huge_single_feed_is_sliced_but_equivalent() -> None:
 
 
 def test_trigger_words_stay_selective_after_translation() -> None:
-    for word in D._TRIGGER_WORDS:
-        literal = [ch for ch in word if ch not in D._ANCHORS]
+    for word in SCANNER._TRIGGER_WORDS:
+        literal = [ch for ch in word if ch not in SCANNER._ANCHORS]
         assert len(literal) >= 3, f"{word!r} would match any run of anchor characters"
 
 
@@ -1089,10 +1098,10 @@ def test_kubectl_prefix_is_stripped() -> None:
 
 def test_every_line_of_a_small_excerpt_is_read() -> None:
     line = "Repository Not Found for url: https://huggingface.co/api/models/org/missing.\n"
-    assert not any(w in line for w in D._FIND_WORDS)  # no trigger word: only the head scan
+    assert not any(w in line for w in SCANNER._FIND_WORDS)  # no trigger word: only the head scan
     assert diagnose(line).label == "model_not_found"
     # past the head, a big log is read through its trigger lines only (speed)
-    filler = "INFO 01-01 00:00:00 [a.py:1] step\n" * (D._FULL_SCAN // 30)
+    filler = "INFO 01-01 00:00:00 [a.py:1] step\n" * (SCANNER._FULL_SCAN // 30)
     assert diagnose(filler + line).label == "starting"
     chunks = [(filler + line)[i : i + 999] for i in range(0, len(filler + line), 999)]
     assert feed_all(chunks).diagnosis() == diagnose(filler + line)

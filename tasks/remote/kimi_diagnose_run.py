@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """kimi-ops log diagnosis, run ON the host by `fab diagnose` (stdlib only, uploaded to run_dir).
 
-``kimi_diagnose.py`` beside this file is kimi_ops/diagnose.py, uploaded as it is (a
-self-contained stdlib module). The log is read where it lies, in 1 MiB pieces, so a log of
-gigabytes is diagnosed without sending it over SSH; every 128 MiB a progress line goes to
-stderr. Prints one JSON line:
+``kimi_diagnose.py`` beside this file is the kimi_ops.diagnose package joined into one
+self-contained stdlib module by tasks/bundle.py. The log is read where it lies, in 1 MiB
+pieces, so a log of gigabytes is diagnosed without sending it over SSH; every 128 MiB a
+progress line goes to stderr. Prints one JSON line:
 ``{"diagnosis": {...}, "bytes": N}`` or ``{"missing": PATH}``.
 
 Usage: python3 kimi_diagnose_run.py LOG [CONTEXT_JSON]

@@ -14,6 +14,7 @@ from kimi_ops.defaults import (
 )
 from kimi_ops.profile import Profile
 from standin import bundle as standin_bundle
+from tasks import bundle as diagnose_bundle
 
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
@@ -27,7 +28,7 @@ def _resource(name: str) -> bytes:
     if name == STANDIN_SCRIPT:
         return standin_bundle.build()
     if name == DIAGNOSE_MODULE:
-        return resources.files("kimi_ops").joinpath("diagnose.py").read_bytes()
+        return diagnose_bundle.build()
     return resources.files("tasks.remote").joinpath(name).read_bytes()
 
 

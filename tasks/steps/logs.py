@@ -91,7 +91,7 @@ def diagnose_host_log(
     step: str = "diagnose",
     progress: Callable[[str], None] | None = None,
 ) -> Diagnosis:
-    """The diagnosis of the host's current log, made ON the host: kimi_ops/diagnose.py and a
+    """The diagnosis of the host's current log, made ON the host: one-file kimi_ops.diagnose and a
     small runner are uploaded to run_dir and run with the profile's python, which reads the log
     where it lies and prints the diagnosis as JSON (a log of gigabytes answers in seconds, not
     after crossing SSH). If that python cannot run it, the log is streamed here instead, with

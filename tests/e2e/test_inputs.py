@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tasks import bundle as diagnose_bundle
+
 from .deployment import Deployment
 from .harness import FabRun, cause_line, free_port, pid_alive, pids_with_marker, ps_listing, run_fab
 
@@ -263,9 +265,7 @@ def test_logs_status_and_diagnose_on_a_long_multibyte_log(dep: Deployment) -> No
     diag = dep.fab("diagnose", "--json", timeout=60)
     assert diag.ok, diag.describe()
     assert json.loads(diag.stdout)["label"] == "healthy", diag.stdout
-    assert (dep.run_dir / "kimi_diagnose.py").read_bytes() == (
-        Path(__file__).resolve().parents[2] / "kimi_ops" / "diagnose.py"
-    ).read_bytes()
+    assert (dep.run_dir / "kimi_diagnose.py").read_bytes() == diagnose_bundle.build()
 
     log = dep.run_dir / "current.log"
     text = "".join(f"INFO ünïcødé ✓ 日本語 line {i} {'é' * (i % 50)}\n" for i in range(3000))

@@ -1,0 +1,62 @@
+"""Strip a log line's decorations (prefixes, timestamps, ANSI colours, quotes) before matching."""
+
+from __future__ import annotations
+
+import re
+
+_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+#: Colour codes pasted in caret notation (``^[[0;36m``), as terminals copy them.
+_CARET_ANSI_RE = re.compile(r"\^\[\[[0-?]*[ -/]*[@-~]")
+_PREFIX_RE = re.compile(  # one or more decorations at the start of a line
+    r"""^(?:
+        [ \t]*>+[ ]?                                          # markdown quote
+      | (?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?                  # docker compose "svc-1  | "
+      | \[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
+      | \w{3,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
+      | [│┃][ ]*                                              # k9s / kubectl box border
+      | \[pod/[\w.\-]+/[\w.\-]+\][ ]                          # kubectl logs --prefix
+      | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
+      | \[rank\d+\]:[ ]?                                      # torch rank prefix
+      | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
+      | \((?:Process|stdout|stderr)\)[ ]                       # launcher stream tags
+      | \|[ ](?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ ]\|[ ][\w.\-]+[ ]\|[ ]  # FastChat
+      | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)            # level ...
+        (?::[ ]+
+          |[ ]+(?=\d\d-\d\d[ ]|\d{4}-\d\d|\[[\w.\-/]+\.py:\d+\]|[\w.\-/]+\.py:\d+\]))
+        (?:\d{2,4}-\d\d(?:-\d\d)?[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ]+)?   # ... timestamp
+        (?:\[?[\w.\-/]+\.py:\d+\][ ]?)?                               # ... [file.py:12]
+    )+""",
+    re.X,
+)
+_GLUED_RE = re.compile(r"\((?:[^()\s]+ )*?pid=\d+[^()]*\) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+def clean_line(line: str) -> str:
+    """Return the message of one log line, without decoration.
+
+    Strips ANSI colour codes and, repeatedly, leading markdown ``>`` quote marks,
+    docker-compose ``service-1  | `` prefixes, ISO / bracketed / syslog timestamps,
+    process prefixes (``(APIServer pid=1)``, ``(EngineCore_DP0 pid=2)``,
+    ``(VllmWorker rank=3 pid=4)``), ``[rank0]:``, and the vLLM / uvicorn level prefix
+    (``INFO 03-20 14:02:11 [file.py:12] ``, ``ERROR:    ``). Traceback indentation is
+    kept. A log record glued after a tqdm bar (no newline between them) is cut out; a
+    leading Ctrl-C echo ``^C`` is kept as ``"^C "``.
+    """
+    s = line
+    if "\x1b" in s:
+        s = _ANSI_RE.sub("", s)
+    if "^[[" in s:
+        s = _CARET_ANSI_RE.sub("", s)
+    s = s.rstrip()
+    if s.startswith("^C") and len(s) > 2:  # Ctrl-C echoed before a record: keep the mark
+        return "^C " + clean_line(s[2:])
+    if s.endswith(("│", "┃")):
+        s = s[:-1].rstrip()
+    m = _PREFIX_RE.match(s)
+    if m is not None:
+        s = s[m.end() :]
+    if "pid=" in s:
+        g = _GLUED_RE.search(s)
+        if g is not None and g.start() > 0:
+            return clean_line(s[g.start() :])
+    return s

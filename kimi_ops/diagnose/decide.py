@@ -1,0 +1,260 @@
+"""Turn the scanner's state into a Diagnosis: pick the deciding rule, fill facts and the hint."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kimi_ops.diagnose.hints import (
+    _KV_FIX_CPU,
+    _KV_FIX_NEW,
+    _KV_FIX_OLD,
+    _backend_name,
+    _render,
+    _signal_facts,
+    _signal_hint,
+    _version_at_least,
+)
+from kimi_ops.diagnose.markers import _ATTN_KERNEL_RE, _QUANT_KERNEL_RE
+from kimi_ops.diagnose.model import _STAGE_DESC, FAILURE_LABELS, STAGES, Diagnosis, Rule
+from kimi_ops.diagnose.rules import _FP8_ARCH_KV_RULE, RULES
+from kimi_ops.diagnose.scanner import _Hit, _Line, _State, _truncate
+
+
+def _context_values(context: Mapping[str, object]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in context.items():
+        if v is None or v == "" or v == [] or v == ():
+            continue
+        if isinstance(v, (list, tuple)):
+            out[k] = " ".join(str(x) for x in v)
+        else:
+            out[k] = str(v)
+    return out
+
+
+def _stage_name(st: _State) -> str | None:
+    return STAGES[st.stage][0] if st.stage >= 0 else None
+
+
+def _progress(st: _State) -> str | None:
+    return st.progress if st.stage >= 0 else None
+
+
+def _fp8_in_kv_cache(st: _State, facts: Mapping[str, str]) -> bool:
+    """Is the FP8 that a kernel failed on the KV cache's (not the weights')?
+
+    In order: the failing Triton kernel's name (``reshape_and_cache`` vs ``..._scaled_mm``);
+    the deepest traceback frame in attention / KV-cache code vs in quantization / GEMM code;
+    else whether the KV cache was asked to be FP8 (``--kv-cache-dtype fp8``, the engine
+    config's ``kv_cache_dtype=fp8``).
+    """
+    kernel = facts.get("triton_kernel", "")
+    if kernel and _ATTN_KERNEL_RE.search(kernel):
+        return True
+    if kernel and _QUANT_KERNEL_RE.search(kernel):
+        return False
+    attn = st.last_attn_frame_pos if st.last_attn_frame_pos > st.healthy_pos else -1
+    quant = st.last_quant_frame_pos if st.last_quant_frame_pos > st.healthy_pos else -1
+    if attn != quant:
+        return attn > quant
+    return facts.get("kv_cache_dtype", "").startswith("fp8")
+
+
+def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
+    """Turn the state into a diagnosis (see the module docstring for the order rules)."""
+    ctx = _context_values(context)
+    facts = dict(st.facts)
+    if "backend" in facts:
+        facts["backend"] = _backend_name(facts["backend"])
+    stage = _stage_name(st)
+    progress = _progress(st)
+    shutdown = st.shutdown_pos if st.shutdown_pos >= 0 else None
+
+    active: list[tuple[Rule, _Hit]] = []
+    for rule in RULES:
+        hit = st.hits.get(rule.name)
+        if hit is None or (shutdown is not None and hit.pos > shutdown):
+            continue
+        if rule.weak and st.last_signal_pos <= hit.pos:
+            continue
+        active.append((rule, hit))
+
+    root = st.first_exc_since_progress or st.first_exc_since_healthy
+    if root is not None:  # an exception explains the engine's death: not a silent kill
+        active = [(r, h) for r, h in active if r.name != "engine_vanished"]
+    if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
+        active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]
+    fp8_kv = _fp8_in_kv_cache(st, facts)
+    if not fp8_kv:  # an FP8 dtype failure outside the KV cache: not a KV-dtype problem
+        active = [(r, h) for r, h in active if r.name != "float8_kv_dtype_mismatch"]
+
+    def best(label_filter: frozenset[str]) -> tuple[Rule, _Hit] | None:
+        cands = [(r, h) for r, h in active if r.label in label_filter]
+        if not cands:
+            return None
+        return max(cands, key=lambda rh: (rh[0].priority, -rh[1].pos))
+
+    specific = FAILURE_LABELS - {"engine_dead_other", "unknown"}
+    winner = (
+        best(frozenset(specific))
+        or best(frozenset({"engine_dead_other"}))
+        or best(frozenset({"unknown"}))
+    )
+    if winner is not None:
+        rule, hit = winner
+        same = sorted((h for r, h in active if r.label == rule.label), key=lambda h: h.pos)
+        if rule.name == "fp8_type_unsupported_arch" and fp8_kv:
+            rule = _FP8_ARCH_KV_RULE
+        groups: dict[str, str] = {}
+        for h in same:
+            for k, v in h.groups.items():
+                groups.setdefault(k, v)
+        facts.update(groups)
+        facts["signature"] = rule.name
+        if "backend" in facts:
+            facts["backend"] = _backend_name(facts["backend"])
+        if rule.label == "engine_killed":
+            _signal_facts(facts)
+        values = {**ctx, **facts}
+        if rule.label == "quantization_unsupported" and not values.get("platform"):
+            platform = values.get("platform2") or values.get("device")
+            if platform:
+                values["platform"] = facts["platform"] = platform.upper()
+        if rule.label == "engine_killed":
+            values["signal_hint"] = _render(_signal_hint(facts["signal"]), values)
+            stop = facts["signal"] in ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
+            values["signal_verb"] = "was killed by" if stop else "died of"
+        evidence = [h.text for h in same[:3]]
+        if rule.label in ("engine_dead_other", "unknown") and root is not None:
+            values["root_cause"] = _truncate(root.text, 300)
+            if root.text not in evidence:
+                evidence.append(root.text)
+        if rule.label == "engine_dead_other":
+            extra = best(frozenset({"unknown"}))
+            if extra is not None:
+                values["extra_hint"] = _render(extra[0].hint, values)
+                evidence.append(extra[1].text)
+        if rule.label == "kv_cache_dtype_unsupported":
+            new = _version_at_least(values.get("vllm_version", ""), (0, 18))
+            cpu = values.get("device") == "cpu" or values.get("backend", "").startswith(
+                ("AMX", "CPU")
+            )
+            fix = _KV_FIX_CPU if cpu else _KV_FIX_NEW if new else _KV_FIX_OLD
+            values["kv_fix"] = _render(fix, values)
+        if rule.name == "argparse_error" and values.get("bad_args", "").startswith("serve "):
+            values["serve_note"] = (
+                "The image's entrypoint already runs `vllm serve`: do not repeat "
+                "`vllm serve MODEL` in the arguments."
+            )
+        return Diagnosis(
+            label=rule.label,
+            stage=stage,
+            progress=progress,
+            evidence=tuple(_truncate(e) for e in evidence),
+            hint=_render(rule.hint, values),
+            summary="crashed: " + _render(rule.summary, values),
+            facts=facts,
+        )
+
+    healthy = st.healthy_pos >= 0
+    crashed_before_up = not healthy and st.last_crash_pos > st.last_progress_pos
+    died_after_up = (
+        healthy
+        and st.last_exit is not None
+        and st.last_exit.pos > st.healthy_pos
+        and (shutdown is None or st.last_exit.pos < shutdown)
+    )
+    if crashed_before_up or died_after_up:
+        engine = crashed_before_up and st.last_vllm_frame_pos > st.last_progress_pos
+        return _generic_unknown(st, facts, ctx, stage, progress, root, engine=engine)
+    values = {**ctx, **facts}
+    if healthy:
+        if shutdown is not None:
+            facts["shutdown"] = "true"
+        where = f" on {facts['url']}" if "url" in facts else ""
+        summary = f"healthy: server up{where}"
+        if shutdown is not None:
+            summary += " (then shut down)"
+        hint = _render(
+            "The server came up[[ on {url}]]; confirm it answers with a completion request "
+            "(GET /health and /v1/models can succeed before the model answers).",
+            values,
+        )
+        evidence = (_truncate(st.healthy_text),) if st.healthy_text else ()
+        return Diagnosis("healthy", stage, progress, evidence, hint, summary, facts)
+    desc = _STAGE_DESC.get(stage, "no startup stage seen yet") if stage else "no output yet"
+    summary = f"starting: {desc}" + (f" ({progress})" if progress else "")
+    hint = (
+        f"No terminal state yet; last stage: {desc}"
+        + (f" ({progress})" if progress else "")
+        + ". Loading a large checkpoint or compiling kernels can print nothing for minutes."
+    )
+    evidence = (_truncate(st.stage_text),) if st.stage_text else ()
+    return Diagnosis("starting", stage, progress, evidence, hint, summary, facts)
+
+
+def _generic_unknown(
+    st: _State,
+    facts: dict[str, str],
+    ctx: Mapping[str, str],
+    stage: str | None,
+    progress: str | None,
+    root: _Line | None,
+    *,
+    engine: bool = False,
+) -> Diagnosis:
+    """An unrecognised crash: point at the most telling error line.
+
+    ``engine``: the traceback runs through vLLM's own code, so vLLM itself died of an
+    exception no rule knows: ``engine_dead_other`` rather than ``unknown``.
+    """
+    candidates = [x for x in (st.last_exc, st.last_exit) if x is not None]
+    main = max(candidates, key=lambda x: x.pos) if candidates else None
+    if main is None:
+        main = st.last_frame or st.last_header
+    evidence: list[str] = []
+    if main is not None:
+        evidence.append(main.text)
+    if root is not None and root.text not in evidence:
+        evidence.append(root.text)
+    what = main.text.strip() if main is not None else "the process stopped"
+    values = {**ctx, **facts, "what": _truncate(what, 300)}
+    if engine and main is not None and main is st.last_exc:
+        facts["signature"] = "vllm_traceback"
+        first = root.text if root is not None else main.text
+        return Diagnosis(
+            label="engine_dead_other",
+            stage=stage,
+            progress=progress,
+            evidence=tuple(_truncate(e) for e in evidence),
+            hint=_render(
+                "vLLM died of an exception no known cause matches: {first}. Read the "
+                "traceback (it runs through vLLM's code) and the last log lines; search vLLM's "
+                "issues for the exception with the model and version[[ ({vllm_version})]].",
+                {**values, "first": _truncate(first, 300)},
+            ),
+            summary="crashed: engine died: " + _truncate(first, 200),
+            facts=facts,
+        )
+    if main is not None and main is st.last_exit and "Killed" in main.text:
+        hint = _render(
+            "The process was killed ({what}): often the host's OOM killer (check `dmesg`, host "
+            "RAM and swap while loading weights) or a manual kill. Read the last log lines.",
+            values,
+        )
+    else:
+        hint = _render(
+            "Unrecognised failure: {what}. Read the traceback and the last log lines; none of "
+            "the known causes (memory, port, NCCL, arguments, model path, GPU support) was "
+            "found.",
+            values,
+        )
+    return Diagnosis(
+        label="unknown",
+        stage=stage,
+        progress=progress,
+        evidence=tuple(_truncate(e) for e in evidence),
+        hint=hint,
+        summary="crashed: " + _truncate(what, 200),
+        facts=facts,
+    )

@@ -1,0 +1,84 @@
+"""The public entry points: LogDiagnoser (streaming) and diagnose (whole text)."""
+
+from __future__ import annotations
+
+import codecs
+
+from kimi_ops.diagnose.clean import clean_line
+from kimi_ops.diagnose.decide import _decide
+from kimi_ops.diagnose.model import _MAX_PENDING, _SLICE, TAIL_LINES, Diagnosis
+from kimi_ops.diagnose.scanner import _process, _State
+
+
+class LogDiagnoser:
+    """Streaming diagnosis of a vLLM log.
+
+    Feed text chunks as they arrive (any split, even mid-line or inside ``\\r\\n``);
+    :meth:`diagnosis` can be called at any time and is "starting" while no terminal
+    state is visible. Work is linear in the log size and memory is bounded: a small
+    state (first hit per rule, facts, stage) plus the last ``TAIL_LINES`` lines.
+
+    While a crash is still being written the label can sharpen: vLLM V1 logs
+    ``EngineCore failed to start.`` *before* the traceback that names the cause, so
+    ``engine_dead_other`` may turn into e.g. ``cuda_oom`` a few lines later. A caller
+    that stops at the first failure should read on briefly (one more poll, or until the
+    process has exited) before reporting.
+    """
+
+    def __init__(self, context: dict[str, object] | None = None) -> None:
+        self._context: dict[str, object] = dict(context or {})
+        self._state = _State()
+        self._pending = ""
+        self._decoder: codecs.IncrementalDecoder | None = None
+
+    def feed(self, chunk: str | bytes) -> None:
+        """Consume the next piece of the log (``bytes`` are decoded as UTF-8)."""
+        if isinstance(chunk, (bytes, bytearray)):
+            if self._decoder is None:
+                self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            chunk = self._decoder.decode(bytes(chunk))
+        if not chunk:
+            return
+        if len(chunk) > _SLICE:  # bound the working copies for huge inputs
+            for i in range(0, len(chunk), _SLICE):
+                self.feed(chunk[i : i + _SLICE])
+            return
+        data = self._pending + chunk
+        if "\r" in data and "\r\n" in data:
+            data = data.replace("\r\n", "\n")
+        stop = len(data) - 1 if data.endswith("\r") else len(data)
+        cut = max(data.rfind("\n", 0, stop), data.rfind("\r", 0, stop))
+        if cut < 0:
+            if len(data) <= _MAX_PENDING:
+                self._pending = data
+                return
+            data += "\n"  # pathological: a line longer than _MAX_PENDING is cut here
+            cut = len(data) - 1
+        self._pending = data[cut + 1 :]
+        _process(self._state, data[: cut + 1])
+
+    def _peek(self) -> _State:
+        """The state as if the partial last line were complete (state is not changed)."""
+        if not self._pending:
+            return self._state
+        st = self._state.clone()
+        _process(st, self._pending.rstrip("\r") + "\n")
+        return st
+
+    def diagnosis(self) -> Diagnosis:
+        """The diagnosis of everything fed so far."""
+        return _decide(self._peek(), self._context)
+
+    @property
+    def tail(self) -> list[str]:
+        """The last ``TAIL_LINES`` cleaned lines (tqdm ``\\r`` updates collapsed)."""
+        st = self._peek()
+        lines = list(st.tail)[-TAIL_LINES:]
+        return [clean_line(x) for x in lines]
+
+
+def diagnose(text: str, context: dict[str, object] | None = None) -> Diagnosis:
+    """Diagnose a whole log at once (same result as feeding it in chunks)."""
+    d = LogDiagnoser(context)
+    d.feed(text)
+    return d.diagnosis()

@@ -1,0 +1,256 @@
+"""Stage markers, fact patterns and the exit / shutdown / frame patterns lines are checked for."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from kimi_ops.diagnose.model import _STAGE_INDEX
+from kimi_ops.diagnose.rules import RULES
+
+
+class _Marker(NamedTuple):
+    stage: int
+    keywords: frozenset[str]
+    pattern: re.Pattern[str] | None
+
+
+def _marker(stage: str, keywords: tuple[str, ...], pattern: str | None = None) -> _Marker:
+    return _Marker(
+        _STAGE_INDEX[stage], frozenset(keywords), re.compile(pattern) if pattern else None
+    )
+
+
+_STAGE_MARKERS: tuple[_Marker, ...] = (
+    _marker("api_server_starting", ("vLLM API server version", "non-default args")),
+    _marker(
+        "initializing_engine",
+        ("LLM engine",),
+        r"Initializing an? (?:V\d )?LLM engine",
+    ),
+    _marker(
+        "loading_model",
+        ("Starting to load model", "Loading model from scratch", "Using model weights format"),
+    ),
+    _marker(
+        "loading_shards",
+        ("Loading safetensors", "Loading pt checkpoint", "Loading checkpoint shards"),
+    ),
+    _marker(
+        "weights_loaded",
+        ("Loading weights took", "Model loading took", "Loading model weights took"),
+    ),
+    _marker(
+        "compiling",
+        ("Dynamo bytecode transform", "Compiling a graph for", "Directly load the compiled graph"),
+    ),
+    _marker(
+        "kv_cache_allocated",
+        (
+            "Available KV cache memory",
+            "GPU KV cache size",
+            "# GPU blocks",
+            "# cuda blocks",
+            "Maximum concurrency for",
+            "Memory profiling takes",
+            "KV Cache is",
+        ),
+    ),
+    _marker(
+        "cuda_graphs",
+        (
+            "Capturing CUDA graph",
+            "Capturing cudagraphs",
+            "Capturing the model for CUDA graphs",
+            "CUDA graphs can take additional",
+        ),
+    ),
+    _marker("engine_initialized", ("warmup model) took",)),
+    _marker(
+        "server_starting",
+        (
+            "LLM API server",
+            "LLM server on",
+            "Waiting for application startup",
+            "Available routes",
+            "Started server process",
+            "Route: /",
+        ),
+        r"Starting vLLM (?:API )?server|Waiting for application startup|Available routes are|"
+        r"Started server process|^Route: /\S*, Methods:",
+    ),
+    _marker("ready", ("Application startup complete", "Uvicorn running on")),
+)
+_RUN_START = "vLLM API server version"
+#: Frequent "serving" markers (metrics, access log): found per chunk with rfind, not per line.
+_FREQ_HEALTHY: tuple[str, ...] = ("Avg prompt throughput", 'HTTP/1.1" 200')
+_PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
+
+_FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
+    (frozenset(kw), re.compile(p))
+    for kw, p in (
+        (("vLLM API server version",), r"vLLM API server version (?P<vllm_version>v?\d[\w.+\-]*)"),
+        (("LLM engine (v",), r"LLM engine \(v(?P<vllm_version>\d[\w.+\-]*)\)"),
+        (
+            ("LLM API server", "LLM server on", "Uvicorn running on"),
+            r"(?:Starting vLLM (?:API )?server(?: \d+)? on|Uvicorn running on) "
+            r"(?P<url>https?://[^\s/]*?:(?P<port>\d+))",
+        ),
+        (("non-default args",), r"'port': (?P<port>\d+)"),
+        (("non-default args",), r"'model(?:_tag)?': '(?P<model>[^']+)'"),
+        (("LLM engine (v",), r"\bmodel='(?P<model>[^']+)'"),
+        (("LLM engine (v",), r"\bdevice_config=(?P<device>\w+)"),
+        (("def ",), r"^def (?P<triton_kernel>\w+)\("),  # Triton CompilationError echo
+        (("LLM engine (v",), r"\bquantization=(?P<quantization>(?!None\b)\w+)"),
+        (("non-default args",), r"'max_model_len': (?P<max_model_len>\d+)"),
+        (("non-default args",), r"'gpu_memory_utilization': (?P<gpu_memory_utilization>[\d.]+)"),
+        (("non-default args",), r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w+)'"),
+        # the engine's config dump, V0's "args: Namespace(...)", the attention selector's config
+        (("kv_cache_dtype=",), r"\bkv_cache_dtype=['\"]?(?P<kv_cache_dtype>\w+)"),
+        # vLLM's own notice (config.py / cache.py, 0.4 .. 0.3x) when the KV cache is FP8
+        (
+            ("Using fp8 data type",),
+            r"Using (?P<kv_cache_dtype>fp8\w*) data type to store kv cache",
+        ),
+        (("--kv-cache-dtype",), r"--kv-cache-dtype[= ]+['\"]?(?P<kv_cache_dtype>fp8\w*)"),
+        (("non-default args",), r"'tensor_parallel_size': (?P<tensor_parallel_size>\d+)"),
+        (
+            ("Available KV cache memory",),
+            r"Available KV cache memory: (?P<kv_cache_gib>-?[\d.]+) ?GiB",
+        ),
+        (("GPU KV cache size",), r"GPU KV cache size: (?P<kv_cache_tokens>[\d,]+) tokens"),
+        (
+            ("maximum model length is",),
+            r"estimated maximum model length is (?P<est_max_len>\d+)",
+        ),
+        (
+            ("Maximum concurrency for",),
+            r"Maximum concurrency for (?P<max_model_len>[\d,]+) tokens per request: "
+            r"(?P<max_concurrency>[\d.]+)x",
+        ),
+        (("# GPU blocks", "# cuda blocks"), r"# (?:GPU|cuda) blocks: (?P<gpu_blocks>\d+)"),
+        (("KV Cache is",), r"reserved for KV Cache is (?P<kv_cache_gib>-?[\d.]+) ?GiB"),
+        (
+            ("Model loading took", "Loading model weights took"),
+            r"(?:Model loading|Loading model weights) took (?P<model_mem_gib>[\d.]+) ?(?:GiB|GB)",
+        ),
+        (
+            (
+                "Using Flash",
+                "Using FLASH",
+                "Using Triton",
+                "Using TRITON",
+                "Using XFormers",
+                "Using Torch SDPA",
+                "Using CUTLASS",
+                "Using Cutlass",
+                "Using ROCm",
+                "Using AITER",
+                "Using FlexAttention",
+                "Using AMX",
+                "Using CPU_",
+                "Using FLEX",
+                "Using AttentionBackendEnum",
+                "Using _Backend",
+            ),
+            r"Using (?:AttentionBackendEnum\.|_Backend\.)?(?P<backend>[A-Za-z][\w\-]*(?: [A-Z]"
+            r"[\w\-]*)*?) (?:attention )?backend\b",
+        ),
+    )
+)
+
+_EXC_RE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?:\w*(?:Error|Exception|Interrupt|Exit)|Error)(?:\([\w.]+\))?"
+    r"(?::(?:\s.*)?)?$"
+)
+_EXIT_RE = re.compile(
+    r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
+    r"Failed to start (?:the )?(?:model )?server|^The actor (?:is dead|died)\b|"
+    r"\bprocess terminated unexpectedly\b|"  # a launcher's word for a vanished server
+    r"\bWorker exit type: (?!INTENDED)[A-Z_]+|"  # Ray: a worker process died
+    r"\.(?:cuh?|hh?|hpp|cpp|cc)\(\d+\): error: "  # nvcc: a JIT kernel build failed
+)
+_EXIT_KEYWORDS: frozenset[str] = frozenset(
+    {
+        "Killed",
+        "core dumped",
+        "exited with code",
+        "exited with exit code",
+        "Fatal Python error",
+        "Failed to start",
+        "The actor",
+        "terminated unexpectedly",
+        "Worker exit type: ",
+        "): error: ",
+    }
+)
+#: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.
+_NATIVE_FRAME_RE = re.compile(r"^\s*#?\d{1,3}\s+0x[0-9a-fA-F]{8,}\s+\S")
+#: An operator's stop (SIGTERM / Ctrl-C) of a server that was up; what follows it is the
+#: teardown (EngineDeadError, "force killing" the engine...), not a crash.
+_SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
+    {
+        "KeyboardInterrupt",
+        "Waiting for application shutdown",
+        "^C",  # a terminal's echo of Ctrl-C
+        "shutdown triggered",  # vLLM >= 0.2x: "[shutdown] API server: shutdown triggered"
+        "signal=SIGTERM",  # "[shutdown] EngineCore: trigger received signal=SIGTERM"
+        "signal=SIGINT",
+        "Received SIGTERM",
+        "received SIGTERM",
+        "Application shutdown complete",
+        "gracefully shutting down",
+    }
+)
+#: Shutdown lines only a server that was up prints (uvicorn's lifespan, vLLM's stop):
+#: an excerpt that starts after startup and shows only these was healthy, then stopped.
+_UP_SHUTDOWN_RE = re.compile(
+    r"Waiting for application shutdown|Application shutdown complete|API server: shutdown "
+    r"triggered|Engine is gracefully shutting down"
+)
+_TRACEBACK = "Traceback (most recent call last)"
+#: Request-log lines quote user prompts, which may contain any text: never analysed.
+_IGNORED_PREFIXES = ("Received request ", "Added request ", "Generated response ")
+#: Every keyword some line check looks for; ``_analyze`` tests each once per line.
+_ALL_KEYWORDS: tuple[str, ...] = tuple(
+    sorted(
+        {k for r in RULES for k in r.keywords}
+        | {k for mk in _STAGE_MARKERS for k in mk.keywords}
+        | {k for keys, _ in _FACT_PATTERNS for k in keys}
+        | _EXIT_KEYWORDS
+        | _SHUTDOWN_KEYWORDS
+    )
+)
+_SIG_STAGE, _SIG_FACT, _SIG_RULE = range(3)
+
+
+def _build_dispatch() -> dict[str, tuple[tuple[int, int], ...]]:
+    """keyword -> the (kind, index) of every stage marker / fact / rule that uses it."""
+    table: dict[str, list[tuple[int, int]]] = {}
+    for i, mk in enumerate(_STAGE_MARKERS):
+        for k in mk.keywords:
+            table.setdefault(k, []).append((_SIG_STAGE, i))
+    for i, (keys, _) in enumerate(_FACT_PATTERNS):
+        for k in keys:
+            table.setdefault(k, []).append((_SIG_FACT, i))
+    for i, rule in enumerate(RULES):
+        for k in rule.keywords:
+            table.setdefault(k, []).append((_SIG_RULE, i))
+    return {k: tuple(v) for k, v in table.items()}
+
+
+_DISPATCH = _build_dispatch()
+_FRAME_RE = re.compile(r'\s*File "[^"]*", line \d+')
+#: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:
+#: where an FP8 dtype failure happened tells whose FP8 it is (the KV cache's or the weights').
+_ATTN_FRAME_RE = re.compile(
+    r"(?i:/attention/|attn|/mla/|_mla\b|\bmla_|kv_?cache|paged_attention|prefix_prefill)"
+)
+_QUANT_FRAME_RE = re.compile(r"(?i:/quantization/|fused_moe|scaled_mm|gemm|matmul|/linear\.py)")
+#: Triton kernel names (the ``def kernel(`` a CompilationError echoes) of either kind.
+#: vLLM's Triton attention kernels: ``_fwd_kernel`` (prefix_prefill), ``_fwd_kernel_stage1`` /
+#: ``_fwd_grouped_kernel_stage1`` (decode), ``kernel_unified_attention_2d``,
+#: ``kernel_paged_attention_2d``, ``attn_fwd`` (ROCm), ``reshape_and_cache``...
+_ATTN_KERNEL_RE = re.compile(r"(?i:cache|attn|attention|prefill|decode|paged|_fwd_\w*kernel)")
+_QUANT_KERNEL_RE = re.compile(r"(?i:mm\b|_mm_|gemm|matmul|moe|quant|scaled|linear)")
+_NEWLINE = re.compile("\n")

@@ -1,0 +1,409 @@
+"""Rules, part 2: the run failed (KV memory, port, CUDA OOM, NCCL, killed or dead engine)."""
+
+from __future__ import annotations
+
+from kimi_ops.diagnose.model import Rule, _rule
+
+_GIB = r"[KMGT]i?B"  # a size unit in a memory message
+
+RUNTIME_RULES: tuple[Rule, ...] = (
+    # ------------------------------------------------------- kv_cache_insufficient
+    _rule(
+        "kv_cache_no_memory",
+        "kv_cache_insufficient",
+        70,
+        (
+            "No available memory for the cache blocks",
+            "Available KV cache memory: -",
+            "reserved for KV Cache is -",
+            "Cannot auto-fit max_model_len",
+        ),
+        [
+            r"No available memory for the cache blocks",
+            r"Available KV cache memory: (?P<kv_cache_gib>-\d[\d.]*) ?GiB",
+            r"reserved for KV Cache is (?P<kv_cache_gib>-\d[\d.]*) ?GiB",
+            r"Cannot auto-fit max_model_len",
+        ],
+        "After loading the weights[[ ({model_mem_gib} GiB)]] no GPU memory is left for the KV "
+        "cache[[ (available KV cache memory: {kv_cache_gib} GiB)]]. Raise "
+        "gpu_memory_utilization[[ (now {gpu_memory_utilization})]], lower max_model_len"
+        "[[ (now {max_model_len})]] / max_num_seqs, or spread the model over more GPUs "
+        "(tensor_parallel_size); `nvidia-smi` shows whether a stale process holds memory "
+        "(`fab kill-stale`).",
+        "no GPU memory left for the KV cache[[ ({kv_cache_gib} GiB available)]]",
+    ),
+    _rule(
+        "kv_cache_too_small",
+        "kv_cache_insufficient",
+        70,
+        ("KV cache is needed", "stored in KV cache"),
+        [
+            r"\(?(?P<needed_gib>[\d.]+) GiB KV cache is needed, which is larger than the "
+            r"available KV cache memory \((?P<available_gib>[\d.]+) GiB\)",
+            r"KV cache is needed, which is larger than the available",
+            r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens "
+            r"that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
+            r"is larger than the maximum number of tokens that can be stored in KV cache",
+        ],
+        "The KV cache cannot hold one request of max_model_len[[ {max_seq_len}]] tokens"
+        "[[: it needs {needed_gib} GiB but only {available_gib} GiB is available]]"
+        "[[ (it holds {kv_tokens} tokens)]]. Lower --max-model-len[[ to at most {est_max_len}]]"
+        " or raise --gpu-memory-utilization[[ (now {gpu_memory_utilization})]].",
+        "KV cache too small for max_model_len[[ {max_seq_len}]]"
+        "[[ ({needed_gib} GiB needed, {available_gib} GiB available)]]",
+        extract=[
+            r"max seq len \((?P<max_seq_len>\d+)\)",
+            r"estimated maximum model length is (?P<est_max_len>\d+)",
+            r"\((?P<needed_gib>[\d.]+) GiB KV cache is needed",
+            r"available KV cache memory \((?P<available_gib>[\d.]+) GiB\)",
+        ],
+    ),
+    _rule(
+        "kv_concurrency_below_one",
+        "kv_cache_insufficient",
+        69,
+        ("Maximum concurrency for",),
+        [
+            r"Maximum concurrency for (?P<max_seq_len>[\d,]+) tokens per request: "
+            r"(?P<max_concurrency>0(?:\.\d+)?)x"
+        ],
+        "The KV cache holds less than one request of max_model_len[[ {max_seq_len}]] tokens"
+        "[[ (maximum concurrency {max_concurrency}x)]][[; it holds {kv_cache_tokens} tokens]]. "
+        "Lower --max-model-len[[ to at most {kv_cache_tokens}]] or raise "
+        "--gpu-memory-utilization[[ (now {gpu_memory_utilization})]] (on CPU: "
+        "VLLM_CPU_KVCACHE_SPACE).",
+        "KV cache too small for max_model_len[[ {max_seq_len}]] (concurrency "
+        "[[{max_concurrency}||< 1]]x)",
+        weak=True,  # printed as information; it counts when the engine then dies
+    ),
+    # ----------------------------------------------------------------- port_in_use
+    _rule(
+        "port_in_use",
+        "port_in_use",
+        65,
+        (
+            "Address already in use",
+            "address already in use",
+            "EADDRINUSE",
+            "Errno 98",
+            "Errno 48",
+            "Errno 10048",
+            "only one usage of each socket address",
+        ),
+        [
+            r"\[Errno (?:98|48|10048)\]",
+            r"(?i:address already in use)",
+            r"EADDRINUSE",
+            r"only one usage of each socket address",
+        ],
+        "Port[[ {port}]] is already in use on the host: an earlier vLLM (or another server) "
+        "still holds it. Run `fab kill-stale` to stop stale servers[[ (`ss -ltnp "
+        "'sport = :{port}'` shows the holder)]], or change the port in the profile.",
+        "port[[ {port}]] already in use",
+        exclude=[r"failed to bind to \[::\]"],  # torch's IPv6 attempt; IPv4 may still work
+        extract=[
+            r"\('(?P<host>[^']*)',\s*(?P<port>\d+)\)",
+            r"addr='[a-z]+://[^']*:(?P<port>\d+)'",
+            r"port: (?P<port>\d+)",
+            r"(?:tcp|http)://[\w.\-\[\]:]*?:(?P<port>\d+)",
+        ],
+    ),
+    # -------------------------------------------------------------------- cuda_oom
+    _rule(
+        "gpu_memory_in_use",
+        "cuda_oom",
+        60,
+        ("less than desired GPU memory utilization",),
+        [
+            r"Free memory on device(?: \S+)? \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\)"
+            r" on startup is less than desired GPU memory utilization "
+            r"\((?P<gpu_memory_utilization>[\d.]+), (?P<want_gib>[\d.]+) GiB\)",
+            r"is less than desired GPU memory utilization",
+        ],
+        "Only[[ {free_gib} of {total_gib} GiB of]] GPU memory was free at startup, less than "
+        "gpu_memory_utilization[[ {gpu_memory_utilization}]] asks for[[ ({want_gib} GiB)]]: "
+        "another process (often a stale vLLM) holds GPU memory. Check `nvidia-smi`, run `fab "
+        "kill-stale`, or lower gpu_memory_utilization in the profile.",
+        "GPU memory already in use at startup[[ ({free_gib}/{total_gib} GiB free)]]",
+    ),
+    _rule(
+        "cuda_oom",
+        "cuda_oom",
+        60,
+        (
+            "out of memory",
+            "OutOfMemoryError",
+            "CUBLAS_STATUS_ALLOC_FAILED",
+            "cudaErrorMemoryAllocation",
+        ),
+        [
+            r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
+            r"(?i:(?:cuda|hip)(?: driver)? error: out of memory)",
+            r"OutOfMemoryError: (?:CUDA|HIP)",
+            r"(?i:cuda failure \d* ?'out of memory')",
+            r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
+        ],
+        "The GPU ran out of memory[[ allocating {alloc}]][[ ({free} free of {total})]]. A stale "
+        "process may still hold GPU memory: check `nvidia-smi` and run `fab kill-stale`. "
+        "Otherwise lower gpu_memory_utilization[[ (now {gpu_memory_utilization})]] or "
+        "max_model_len[[ (now {max_model_len})]] / max_num_seqs in the profile, or use more GPUs.",
+        "CUDA out of memory[[ (tried to allocate {alloc})]]",
+        extract=[
+            r"Tried to allocate (?P<alloc>[\d.]+ " + _GIB + ")",
+            r"total capacity of (?P<total>[\d.]+ "
+            + _GIB
+            + r") of which (?P<free>[\d.]+ "
+            + _GIB
+            + ") is free",
+        ],
+    ),
+    # ------------------------------------------------------------------ nccl_error
+    _rule(
+        "nccl_shm",
+        "nccl_error",
+        42,
+        ("/dev/shm", "shared memory segment"),
+        [
+            r"failed to extend /dev/shm/\S*",
+            r"Error while (?:creating|attaching to) shared memory segment",
+            r"No space left on device.*/dev/shm|/dev/shm\S*.*No space left on device",
+        ],
+        "NCCL / vLLM could not allocate shared memory in /dev/shm: leaked segments from "
+        "crashed runs (psm_*, nccl-*) fill it, or it is too small. Run `fab clean-shm`, check "
+        "`df -h /dev/shm` (docker: --ipc=host or a larger --shm-size), then redeploy.",
+        "NCCL could not use /dev/shm (full or too small)",
+    ),
+    _rule(
+        "nccl_error",
+        "nccl_error",
+        40,
+        (
+            "NCCL error",
+            "NCCL Error",
+            "NCCL ERROR",
+            "ncclSystemError",
+            "ncclUnhandledCudaError",
+            "ncclInternalError",
+            "ncclInvalidUsage",
+            "ncclRemoteError",
+            "ncclInvalidArgument",
+            "Watchdog caught collective operation timeout",
+            "NCCL communicator was aborted",
+            "NCCL timeout",
+            "DistBackendError",
+        ),
+        [
+            r"(?i:NCCL error)",
+            r"nccl(?:SystemError|UnhandledCudaError|InternalError|InvalidUsage|RemoteError|"
+            r"InvalidArgument)",
+            r"Watchdog caught collective operation timeout",
+            r"NCCL communicator was aborted",
+            r"NCCL timeout",
+            # torch.distributed's backend (NCCL / Gloo) error type, also as a C++ abort
+            r"\b(?:c10::|torch\.distributed\.)?DistBackendError\b",
+        ],
+        "NCCL (GPU-to-GPU communication) failed[[: {nccl_detail}]]. Run `fab clean-shm` "
+        "(leaked /dev/shm segments from crashed runs break NCCL) and make sure /dev/shm is "
+        "large enough (docker: --ipc=host); on PCIe-only multi-GPU hosts set "
+        "NCCL_P2P_LEVEL=SYS and/or NCCL_PROTO=LL in the profile's env; NCCL_DEBUG=INFO shows "
+        "the underlying error.",
+        "NCCL error[[: {nccl_detail}]]",
+        exclude=[r"destroy_process_group"],
+        extract=[
+            r"(?P<nccl_detail>unhandled (?:system|cuda) error|remote process exited or there "
+            r"was a network error|internal error|invalid usage|invalid argument|Watchdog "
+            r"caught collective operation timeout)",
+            r"NCCL version (?P<nccl_version>[\d.]+)",
+        ],
+    ),
+    # --------------------------------------------------------------- engine_killed
+    _rule(
+        "engine_signal",
+        "engine_killed",
+        9,
+        (
+            "exit code: -",
+            "exit code -",
+            "exitcode -",
+            "exitcode=-",
+            "exit_code=-",
+            "killed by signal",
+            "terminated by signal",
+            "by SIG",
+            "Killed",
+            "exited with code 13",
+            "Fatal Python error: ",
+            "(core dumped)",
+            "SIGKILL",
+            " received at time=",
+            "Segfault encountered",
+            "killed by signal",
+            ") received by PID",
+            "OOMKilled",
+            "Exit Code:",
+            "Segmentation fault",
+            "Aborted",
+            "Bus error",
+            "Illegal instruction",
+            "Floating point exception",
+            "Memory access fault by GPU",
+        ),
+        [
+            r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
+            r"(?:killed|terminated) by (?:signal )?(?:(?P<signame>SIG[A-Z]+)|(?P<signum>\d+))",
+            r"^Killed$|\d\s+Killed\s",  # the shell: "Killed", "line 3:  4242 Killed   vllm ..."
+            # the shell's other signal words, alone or after the PID (no core dump written)
+            r"^(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal instruction|"
+            r"Floating point exception)$",
+            r"line \d+:\s+\d+\s+(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
+            r"instruction|Floating point exception)\b",
+            # the ROCm (HSA) runtime prints this, then aborts the process
+            r"(?P<hsa_fault>Memory access fault by GPU node-\d+)",
+            r"(?:^|: )Killed process \d+",  # the kernel's OOM killer (dmesg)
+            r"exited with code (?P<exitcode>13[2-79])\b",
+            r"Fatal Python error: (?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
+            r"instruction|Floating point exception)",
+            r"(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal instruction|"
+            r"Floating point exception) +\(core dumped\)",
+            r"(?:received|got|with) (?P<signame>SIGKILL)\b",
+            r"\*\*\* (?P<signame>SIG[A-Z]+) received at time=",  # abseil failure handler
+            r"killed by signal: (?P<shell_signal>Killed|Segmentation fault|Aborted|Bus error|"
+            r"Illegal instruction)",
+            r"Signal (?P<signum>\d+) \((?P<signame>SIG[A-Z]+)\) received by PID",  # torchrun
+            r"\bOOMKilled\b|Exit Code:\s+(?P<exitcode>13[2-79])\b",  # Kubernetes
+            r"(?P<shell_signal>Segfault) encountered",  # torch's c10 handler
+        ],
+        "{signal_hint}",
+        "[[{killed_proc}||a vLLM process]] {signal_verb} {signal}",
+        exclude=[r"(?i:potential root causes|common causes|possible causes)"],  # Ray's guesses
+        extract=[
+            r"(?P<killed_proc>(?:Worker proc|Engine core proc|EngineCore|Worker) ?\S*?)"
+            r"(?: \(pid \d+\))? died",
+        ],
+    ),
+    _rule(
+        "engine_vanished",
+        "engine_killed",
+        7,
+        ("exited unexpectedly",),
+        [r"(?i:engine core) (?:process )?exited unexpectedly"],
+        "{signal_hint}",
+        "[[{killed_proc}||the engine process]] vanished without an error: killed by {signal}",
+        exclude=[r"exit ?code:? ?[1-9]"],
+    ),
+    # ---------------------------------------------------------- engine_dead_other
+    _rule(
+        "engine_wrapper",
+        "engine_dead_other",
+        5,
+        (
+            "Engine core initialization failed",
+            "EngineCore failed to start",
+            "died unexpectedly",
+            "Engine process failed to start",
+            "WorkerProc",
+            "Worker failed with error",
+            "EngineDeadError",
+            "EngineCore encountered",
+            "Background loop has errored",
+            "Engine loop has died",
+            "is already dead",
+            "Exception in worker",
+            "Error executing method",
+            "Executor failed",
+            "fatal signal from worker",
+        ),
+        [
+            r"Engine core initialization failed",
+            r"EngineCore failed to start",
+            r"died unexpectedly",
+            r"Engine process failed to start",
+            r"WorkerProc (?:failed to start|initialization failed|hit an exception)",
+            r"Worker failed with error",
+            r"EngineDeadError",
+            r"EngineCore encountered (?:a fatal error|an issue)",
+            r"Background loop has errored already",
+            r"Engine loop has died",
+            r"MQLLMEngine is already dead",
+            r"Exception in worker \S+ while processing method",
+            r"Error executing method",
+            r"Executor failed",
+            r"(?i:got fatal signal from worker processes)",
+        ],
+        "The engine died and none of the known causes was recognised. Read the traceback "
+        "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
+        "context.[[ {extra_hint}]]",
+        "engine died[[: {root_cause}]]",
+        exclude=[r"[Aa]ctor died"],  # a Ray actor of another framework, not vLLM's engine
+    ),
+    _rule(
+        "engine_traceback",
+        "engine_dead_other",
+        4,
+        ("run_engine_core", "run_mp_engine", "worker_main", "worker_busy_loop"),
+        [r", in (?:run_engine_core|run_mp_engine|worker_main|worker_busy_loop)\b"],
+        "The engine process crashed with a traceback and none of the known causes was "
+        "recognised[[ - first error: {root_cause}]]. Read the traceback; the last log lines "
+        "show the context.[[ {extra_hint}]]",
+        "engine process crashed[[: {root_cause}]]",
+    ),
+    # --------------------------------------------- unknown (known, but no own label)
+    _rule(
+        "no_gpu_platform",
+        "unknown",
+        3,
+        ("UnspecifiedPlatform", "Failed to infer device type"),
+        [
+            r"No platform detected, vLLM is running on UnspecifiedPlatform",
+            r"Failed to infer device type",
+        ],
+        "vLLM found no usable GPU platform (UnspecifiedPlatform): the vLLM install is broken "
+        "or incomplete (package metadata missing), or no NVIDIA GPU/driver is visible to the "
+        "process. Check `pip show vllm`, `python -c 'import torch; "
+        "print(torch.cuda.is_available())'` and `nvidia-smi` on the host; reinstall vLLM if "
+        "needed.",
+        "vLLM detected no GPU platform",
+    ),
+    _rule(
+        "gpu_driver_problem",
+        "unknown",
+        3,
+        (
+            "driver version is insufficient",
+            "driver on your system is too old",
+            "Found no NVIDIA driver",
+            "No CUDA GPUs are available",
+            "forward compatibility was attempted",
+            "cudaErrorInsufficientDriver",
+        ),
+        [
+            r"CUDA driver version is insufficient",
+            r"NVIDIA driver on your system is too old",
+            r"Found no NVIDIA driver",
+            r"No CUDA GPUs are available",
+            r"forward compatibility was attempted on non supported HW",
+            r"cudaErrorInsufficientDriver",
+        ],
+        "The GPU is not usable from this process: the NVIDIA driver is missing or older than "
+        "the CUDA version of this PyTorch/vLLM build, or no GPU is visible "
+        "(CUDA_VISIBLE_DEVICES, docker --gpus). Check `nvidia-smi` on the host and pick a "
+        "vLLM build whose CUDA version the driver supports.",
+        "GPU/driver not usable",
+    ),
+    _rule(
+        "unsupported_model",
+        "unknown",
+        3,
+        ("are not supported for now", "is not supported for now", "does not recognize this arch"),
+        [
+            r"Model architectures? \[?(?P<arch>[^\]]*?)\]? (?:are|is) not supported for now",
+            r"model type `(?P<model_type>[\w\-]+)` but Transformers does not recognize this "
+            r"architecture",
+            r"does not recognize this architecture",
+        ],
+        "This vLLM / transformers does not know the model architecture[[ {arch}]]"
+        "[[ (model type {model_type})]]: upgrade vLLM (and transformers) to a release that "
+        "supports it, or set trust_remote_code if the model ships its own code.",
+        "model architecture not supported[[: {arch}]]",
+    ),
+)

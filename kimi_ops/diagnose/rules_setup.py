@@ -1,0 +1,495 @@
+"""Rules, part 1: the setup is wrong (arguments, KV dtype, remote code, model, GPU, quant)."""
+
+from __future__ import annotations
+
+from kimi_ops.diagnose.hints import _KV_FIX
+from kimi_ops.diagnose.model import Rule, _rule
+
+SETUP_RULES: tuple[Rule, ...] = (
+    # ---------------------------------------------------------------- bad_argument
+    _rule(
+        "argparse_error",
+        "bad_argument",
+        100,
+        (": error: ",),
+        [
+            r": error: (?P<argerr>(?:unrecognized arguments?|the following arguments are "
+            r"required|ambiguous option|argument |invalid choice|unexpected argument|"
+            r"expected one argument|one of the arguments).*)"
+        ],
+        "vLLM's argument parser rejected the command line: {argerr}. Fix the profile's "
+        "extra_args[[ (now: {extra_args})]][[ - offending: {bad_args}]]: the flag may be "
+        "misspelt, removed or renamed in this vLLM version[[ ({vllm_version})]] (e.g. "
+        "--disable-log-requests became --no-enable-log-requests), or given a bad value."
+        "[[ {serve_note}]]",
+        "vLLM rejected its arguments: {argerr}",
+        extract=[
+            r"unrecognized arguments?: (?P<bad_args>.+?)\s*$",
+            r"argument (?P<bad_args>-[-\w/]+)",
+            r"ambiguous option: (?P<bad_args>\S+)",
+        ],
+    ),
+    _rule(
+        "invalid_option_value",
+        "bad_argument",
+        98,
+        ("invalid tool call parser", "invalid reasoning parser", " requires --", " requires `--"),
+        [
+            r"invalid (?P<option>tool call|reasoning) parser:? '?(?P<bad_value>[\w\-.]+)",
+            r"^[\w.]*(?:Error|Exception)\b.*?(?P<bad_args>--[\w-]+)`? requires `?--[\w-]+",
+        ],
+        "vLLM rejected an option value[[ ({option} parser '{bad_value}')]][[ ({bad_args})]]: "
+        "this vLLM version[[ ({vllm_version})]] does not know it or needs another flag with it."
+        " Fix the profile's extra_args[[ (now: {extra_args})]] or upgrade vLLM (the kimi_k2 "
+        "tool-call and reasoning parsers need a recent release).",
+        "invalid option value[[: {option} parser {bad_value}]][[: {bad_args}]]",
+    ),
+    _rule(
+        "parallel_size_mismatch",
+        "bad_argument",
+        97,
+        ("divisible by",),
+        [
+            r"(?P<what>[\w ]+?) \(?(?P<count>\d+)?\)? (?:must|should) be divisible by "
+            r"(?P<option>tensor|pipeline)[ _]parallel[ _]size(?: \((?P<size>\d+)\))?",
+            r"is not divisible by (?P<option>tensor|pipeline)[ _]parallel[ _]size",
+        ],
+        "The model cannot be split over {option}_parallel_size[[ {size}]][[: {what} ({count}) "
+        "must be divisible by it]]. Pick a {option}_parallel_size that divides it (e.g. 1, 2, "
+        "4) in the profile, or another model.",
+        "{option}_parallel_size[[ {size}]] does not divide the model[[ ({what} {count})]]",
+    ),
+    _rule(
+        "unexpected_engine_kwarg",
+        "bad_argument",
+        96,
+        ("unexpected keyword argument",),
+        [
+            r"(?P<where>(?:Async)?EngineArgs|LLM|\w*Config)(?:\.__init__)?\(\) got an unexpected "
+            r"keyword argument '(?P<bad_args>\w+)'"
+        ],
+        "This vLLM[[ ({vllm_version})]] has no option '{bad_args}' ({where} rejected it): it "
+        "was renamed or removed, or is newer than this version. Fix the profile's extra_args"
+        "[[ (now: {extra_args})]] or the engine arguments, or install the vLLM version they "
+        "were written for.",
+        "unknown engine option {bad_args}",
+    ),
+    _rule(
+        "quantization_arg_mismatch",
+        "bad_argument",
+        96,
+        ("does not match the quantization method",),
+        [
+            r"model config \((?P<quantization>[\w\-]+)\) does not match the quantization method "
+            r"specified in the `?quantization`? argument \((?P<bad_value>[\w\-]+)\)"
+        ],
+        "--quantization {bad_value} contradicts the checkpoint's own quantization "
+        "({quantization}): drop --quantization from the profile's extra_args[[ (now: "
+        "{extra_args})]] (vLLM reads it from the checkpoint) or set it to {quantization}.",
+        "--quantization {bad_value} does not match the checkpoint ({quantization})",
+    ),
+    _rule(
+        "argparse_usage",
+        "bad_argument",
+        60,
+        ("usage: ",),
+        [r"^usage: \S*(?:vllm|api_server)\S*(?: serve)? \[-h\]"],
+        "vLLM printed its usage: its argument parser rejected the command line (the excerpt "
+        "is cut before the error line). Fix the profile's extra_args[[ (now: {extra_args})]]: "
+        "a flag may be misspelt, removed or renamed in this vLLM version[[ ({vllm_version})]].",
+        "vLLM rejected its arguments (usage printed)",
+    ),
+    _rule(
+        "max_model_len_too_large",
+        "bad_argument",
+        50,
+        ("User-specified max_model_len",),
+        [
+            r"User-specified max_model_len \((?P<max_model_len>\d+)\) is greater than the "
+            r"derived max_model_len(?: \((?P<derived>[^)]*)\))?"
+        ],
+        "--max-model-len[[ {max_model_len}]] is larger than the model supports[[ ({derived})]]:"
+        " lower max_model_len in the profile (only set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the "
+        "model really supports more, e.g. with RoPE scaling).",
+        "max_model_len[[ {max_model_len}]] exceeds the model's maximum",
+    ),
+    # ---------------------------------------------------- kv_cache_dtype_unsupported
+    _rule(
+        "fp8_kv_cache_unsupported",
+        "kv_cache_dtype_unsupported",
+        95,
+        (
+            "KV cache not",
+            "kv cache not",
+            "Triton MLA not",
+            "FP8 KV cache",
+            "fp8 KV cache",
+            "only supports",
+        ),
+        [
+            r"(?:(?P<backend>[A-Za-z][\w\-]*?)(?: V\d)? )?with FP8 KV cache (?:is )?no(?:t "
+            r"(?:yet )?supported|t?$)",  # also cut short by the excerpt
+            r"(?P<backend>FP8 Triton MLA) not yet supported",
+            r"^[\w.]*(?:Error|Exception)\b.*(?i:(?:fp8|quantized) kv[ _-]?cache (?:is )?not "
+            r"(?:yet )?(?:supported|implemented)|does not support (?:an? )?(?:fp8|quantized) "
+            r"kv[ _-]?cache)",
+            r"^[\w.]*(?:Error|Exception)\b.*?(?:(?P<backend>[A-Za-z]\w*?)(?:Impl|Backend)? )?"
+            r"(?i:only supports? (?:an? )?(?:unquantized|bf16|16-bit)\b[^;.]*kv[ _-]?cache)",
+            # "Only support per-tensor scaling factor for fp8 KV cache" (the refusal names a
+            # condition, then the FP8 KV cache it applies to)
+            r"^[\w.]*(?:Error|Exception)\b.*(?i:\bonly supports?\b|\bnot supported\b|"
+            r"\bunsupported\b|does not support).*(?i:\b(?:fp8|float8|quantized) kv[ _-]?cache)",
+        ],
+        "The attention backend[[ ({backend})]] cannot use the FP8 KV cache the checkpoint (or "
+        "--kv-cache-dtype) asks for[[ on vLLM {vllm_version}]]. " + _KV_FIX,
+        "FP8 KV cache not supported by [[{backend}||the attention backend]]",
+    ),
+    _rule(
+        "no_backend_for_kv_dtype",
+        "kv_cache_dtype_unsupported",
+        94,
+        ("_dtype not supported",),
+        [
+            r"(?:No valid attention backend|not valid for this configuration).*"
+            r"\[\s*'?kv_cache_dtype not supported'?\s*\]",
+            # the selector's reasons list re-indented one reason per line
+            r"^\s*(?:\w+: \[\s*)?'?kv_cache_dtype not supported'?\s*,?\s*\]?,?$",
+        ],
+        "No attention backend accepts the KV-cache dtype[[ {kv_cache_dtype}]] on this GPU"
+        "[[ (vLLM {vllm_version})]]. " + _KV_FIX,
+        "no attention backend supports kv_cache_dtype[[ {kv_cache_dtype}]]",
+        extract=[
+            r"kv_cache_dtype=(?P<kv_cache_dtype>\w+)",
+            r"(?P<backend>\w+): \[\s*'?kv_cache_dtype not supported'?\s*\]",
+        ],
+    ),
+    _rule(
+        "kv_cache_dtype_rejected",
+        "kv_cache_dtype_unsupported",
+        93,
+        ("Unsupported data type of kv cache", "nsupported kv cache", "nsupported KV cache"),
+        [
+            r"Unsupported data type of kv cache:? '?(?P<kv_cache_dtype>\w+)",
+            r"(?i:unsupported kv[ _-]?cache (?:data ?type|dtype)[: ]+'?(?P<kv_cache_dtype>\w+))",
+        ],
+        "This vLLM rejects --kv-cache-dtype[[ {kv_cache_dtype}]]: drop the explicit "
+        "--kv-cache-dtype from extra_args and run `fab patch-kv-config` to remove the "
+        "checkpoint's FP8 KV-cache settings instead (or upgrade to vLLM >= 0.18 and keep FP8).",
+        "KV-cache dtype[[ {kv_cache_dtype}]] not supported",
+    ),
+    _rule(
+        "kv_dtype_backend_selection",
+        "kv_cache_dtype_unsupported",
+        88,
+        ("get_attn_backend",),
+        [r'^\s*File "[^"]*/vllm/[^"]*", line \d+, in _?\w*get_attn_backend\w*$'],
+        "vLLM crashed choosing an attention backend for the requested KV-cache dtype"
+        "[[ {kv_cache_dtype}]]: no backend supports it[[ on vLLM {vllm_version}]]. Use "
+        "--kv-cache-dtype auto (or fp8 where the backend supports it) in the profile's "
+        "extra_args[[ (now: {extra_args})]].",
+        "no attention backend for kv_cache_dtype[[ {kv_cache_dtype}]]",
+    ),
+    _rule(
+        "float8_kv_dtype_mismatch",
+        "kv_cache_dtype_unsupported",
+        86,
+        ("Float8_", "float8_"),
+        # a kernel met an FP8 tensor where it wants another dtype; it counts only when the
+        # failure is in attention / KV-cache code or the KV cache was asked to be FP8 (see
+        # _fp8_in_kv_cache): an FP8 *weight* the kernel cannot take is another story
+        [r"^[\w.]*(?:Error|Exception)\b.*\b(?:torch\.)?(?P<fp8_type>[Ff]loat8_e[45]m[23]\w*)"],
+        "The attention kernel[[ ({backend})]][[ of vLLM {vllm_version}]] cannot read an FP8 KV "
+        "cache ({fp8_type})[[, which kv_cache_dtype={kv_cache_dtype} asks for]]: it expects a "
+        "16-bit cache. " + _KV_FIX,
+        "FP8 KV cache ({fp8_type}) not supported by [[{backend}||the attention kernel]]",
+    ),
+    _rule(
+        "fp8_kv_kernel_build_failed",
+        "kv_cache_dtype_unsupported",
+        30,  # below every specific cause: it names the kernel, another error may be the cause
+        ("dtype_kv_e4m3", "dtype_kv_e5m2"),
+        # FlashInfer JIT-builds one kernel per KV dtype (``..._dtype_kv_e4m3_...``); an nvcc
+        # error about that kernel (see _EXIT_RE) means the FP8 KV cache has no working kernel
+        [
+            r"(?i:instantiation of|error|failed).*dtype_kv_(?P<fp8_type>e4m3|e5m2)",
+            r"dtype_kv_(?P<fp8_type>e4m3|e5m2).*(?i:\berror\b|failed)",
+        ],
+        "The FP8 KV cache's attention kernel (KV dtype {fp8_type}) failed to build for this "
+        "GPU[[ on vLLM {vllm_version}]]: this backend[[ ({backend})]] has no working FP8-KV "
+        "kernel here. Serve with --kv-cache-dtype auto (drop fp8 from the profile's extra_args"
+        "[[, now: {extra_args}]]; `fab patch-kv-config` if the checkpoint asks for an FP8 KV "
+        "cache), or pick another attention backend (--attention-backend).",
+        "FP8 KV cache kernel ({fp8_type}) failed to build[[ ({backend})]]",
+        weak=True,
+    ),
+    # ----------------------------------------------------------- trust_remote_code
+    _rule(
+        "trust_remote_code",
+        "trust_remote_code",
+        90,
+        (
+            "custom code",
+            "requires you to execute",
+            "trust_remote_code=True",
+            "trust-remote-code",
+            "resolve_trust_remote_code",
+        ),
+        [
+            r"contains custom code (?:which|that) must be executed",
+            r"requires you to execute the (?:\w+ )?(?:file|code)",
+            r"(?:pass the argument|set the option|consider setting|Please pass) "
+            r"`?trust_remote_code=True`?",
+            r"Failed to load the model config.*trust[_-]remote[_-]code",
+            r"(?:, in |= )resolve_trust_remote_code\b",
+        ],
+        "The model[[ {model}]] ships custom Python code: set `trust_remote_code: true` in the "
+        "profile (adds --trust-remote-code) and redeploy.",
+        "the model needs trust_remote_code",
+        extract=[r"(?:Loading|repository for) (?P<model>\S+?)/? (?:requires|contains)"],
+    ),
+    # ------------------------------------------------------------- model_not_found
+    _rule(
+        "model_not_found",
+        "model_not_found",
+        85,
+        (
+            "Invalid repository ID",
+            "does not appear to have a file named",
+            "HFValidationError",
+            "Repo id must",
+            "RepositoryNotFoundError",
+            "Repository Not Found",
+            "is not a local folder",
+            "Client Error",
+            "GatedRepoError",
+            "gated repo",
+            "Can't load the configuration",
+            "Incorrect path_or_model_id",
+            "LocalEntryNotFoundError",
+            "We couldn't connect to",
+            "OfflineModeIsEnabled",
+            "Client Error",
+            "No supported config format",
+            "Could not detect config format",
+            "config.json",
+            "is restricted",
+        ),
+        [
+            r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
+            r"^[\w.]*(?:Error|Exception)\b.*?(?:(?P<model>\S+) )?does not appear to have a file "
+            r"named (?P<missing_file>(?:config|params)\.json|[\w.\-]+\.(?:safetensors|bin|gguf))",
+            r"^(?:[\w.]+\.)?HFValidationError\b",
+            r"Repo id must (?:be in the form|use alphanumeric)",
+            r"RepositoryNotFoundError|Repository Not Found for url",
+            r"'?(?P<model>[^'\s]+?)'? is not a local folder and is not a valid model identifier",
+            r"40[13] Client Error.*huggingface",
+            r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
+            r"GatedRepoError|Cannot access gated repo|Access to model \S+ is restricted",
+            r"Can't load the configuration of '(?P<model>[^']+)'",
+            r"Incorrect path_or_model_id:? '(?P<model>[^']+)'",
+            r"^(?:[\w.]+\.)?LocalEntryNotFoundError\b",
+            r"^(?:[\w.]+\.)?OfflineModeIsEnabled\b",
+            r"^(?:[\w.]+\.)?HTTPError: 40[13] Client Error",
+            r"^[\w.]*(?:Error|Exception)\b.*We couldn't connect to '?https://huggingface\.co",
+            r"No supported config format found in (?P<model>\S+)",
+            r"Could not detect config format",
+            r"(?:No such file or directory|FileNotFoundError).*'(?P<model>[^']*?)/config\.json'",
+        ],
+        "vLLM could not find or load the model[[ '{model}']]. Check the `model` path in the "
+        "profile: a directory on the GPU host containing config.json and the weights, or a "
+        "valid Hugging Face repo id; for Hub downloads also check HF_TOKEN (gated repos) and "
+        "the host's network access.",
+        "model not found or not accessible[[: {model}]]",
+    ),
+    # ------------------------------------------------------------ unsupported_gpu
+    _rule(
+        "no_kernel_image",
+        "unsupported_gpu",
+        80,
+        ("no kernel image", "NoKernelImage", "invalid device function", "InvalidDeviceFunction"),
+        [
+            r"no kernel image is available for execution on the device",
+            r"cudaErrorNoKernelImageForDevice",
+            r"(?:HIP|CUDA) error: invalid device function|hipErrorInvalidDeviceFunction",
+        ],
+        "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "
+        "install a build compiled for its compute capability (Blackwell sm_120 needs CUDA "
+        "12.8+ builds of PyTorch and vLLM), or use a vLLM image/wheel that lists the "
+        "architecture.",
+        "no CUDA kernel image for this GPU",
+    ),
+    _rule(
+        "bfloat16_unsupported",
+        "unsupported_gpu",
+        82,
+        ("Bfloat16 is only supported", "_check_if_gpu_supports_dtype"),
+        [
+            r"Bfloat16 is only supported on GPUs with compute capability of at least "
+            r"(?P<min_capability>\d+(?:\.\d+)?)",
+            # a traceback through vLLM's dtype check (its message cut off): the check raises
+            # only this error
+            r"\b_check_if_gpu_supports_dtype\b",
+        ],
+        "The GPU[[ {gpu}]][[ (compute capability {compute_capability})]] has no bfloat16 "
+        "support[[ (needs >= {min_capability})]]: add `--dtype half` to the profile's "
+        "extra_args, or use an Ampere or newer GPU.",
+        "GPU[[ {gpu}]] cannot run bfloat16",
+        extract=[
+            r"Your (?P<gpu>.+?) GPU has compute capability (?P<compute_capability>\d+(?:\.\d+)?)"
+        ],
+    ),
+    _rule(
+        "quantization_needs_newer_gpu",
+        "quantization_unsupported",
+        85,
+        (
+            "the current GPU",
+            "not supported on GPUs with",
+            "does not support weight_bits",
+            "Only types = []",
+            "_check_scheme_supported",
+        ),
+        [
+            r"(?i:quantization method|quantization scheme) ?(?P<quantization>\w*) is not "
+            r"supported for\W*the current GPU",
+            r"(?P<quantization>[\w\-]+(?: [\w\-]+)?) (?i:quantization) is not supported on GPUs "
+            r"with",
+            r"(?P<quantization>\w*[Mm]arlin\w*) does not support weight_bits",
+            r"Only types = \[\] are supported",
+            # a traceback through compressed-tensors' capability check (message cut off): it
+            # raises only "Quantization scheme is not supported for the current GPU"
+            r"\b_check_scheme_supported\b",
+        ],
+        "The checkpoint's quantization[[ ({quantization})]][[ ({fp8_type} kernels)]] has no "
+        "kernel for this GPU[[: minimum compute capability {min_capability}]][[, this GPU has "
+        "{compute_capability}]]. Use a checkpoint quantized for this GPU (e.g. AWQ/GPTQ int4 or "
+        "unquantized on older GPUs; FP8 needs compute capability 8.9+, NVFP4 a Blackwell GPU) "
+        "or a newer GPU.",
+        "quantization[[ {quantization}]][[ ({fp8_type})]] not supported on this GPU",
+        extract=[
+            r"Min(?:imum)? capability:? =? ?(?P<min_capability>\d+(?:\.\d+)?)",
+            r"min_capability = (?P<min_capability>\d+)",
+            r"Current (?:compute )?capability:? (?P<compute_capability>\d+(?:\.\d+)?)",
+        ],
+    ),
+    _rule(
+        "gpu_capability",
+        "unsupported_gpu",
+        80,
+        (
+            "compute capability",
+            "Compute capability",
+            "device capability",
+            "Ampere GPUs or newer",
+            "on CUDA arch",
+            "gpu-name",
+            "capability not supported",
+            "does not support this kernel",
+            "nsupported GPU",
+            "this GPU",
+            "current GPU",
+            "requires sm",
+            "requires SM",
+            "CUDA capability",
+            "no longer supports this GPU",
+        ),
+        [
+            r"GPUs? with compute capability (?:below|less than|<) ?[\d.]+ (?:are|is) not supported",
+            r"No compiled \w+ for a compute capability",
+            r"current device does not support this kernel",
+            r"FlashAttention only supports Ampere GPUs or newer",
+            r"No valid attention backend.*\[\s*'?compute capability not supported'?\s*\]",
+            # the selector's reasons list re-indented one reason per line
+            r"^\s*(?:\w+: \[\s*)?'?compute capability not supported'?\s*,?\s*\]?,?$",
+            # PyTorch's import-time check: no kernels of this build run on the GPU
+            r"PyTorch no longer supports this GPU because it is too old",
+            r"is not supported on CUDA arch",
+            r"Value 'sm_(?P<sm>\d+a?)' is not defined for option 'gpu-name'",
+            r"^[\w.]*(?:Error|Exception)\b.*(?i:compute capability\s+\S+\s+(?:is\s+)?not\s+"
+            r"supported|unsupported (?:GPU|compute capability|CUDA arch)|not supported on "
+            r"(?:GPUs? with (?:compute|CUDA) capability|this GPU|the current GPU)|requires "
+            r"(?:a GPU with )?(?:compute capability|CUDA capability|sm_?\d+|SM ?\d+))",
+        ],
+        "The GPU[[ {gpu}]][[ (compute capability {compute_capability})]] is not supported by "
+        "this build or feature. Use a PyTorch/vLLM build compiled for this architecture "
+        "(Blackwell sm_120 needs CUDA 12.8+ builds), or avoid what the GPU lacks (another "
+        "dtype, quantization or attention backend).",
+        "GPU not supported[[ (compute capability {compute_capability})]]",
+        extract=[
+            r"Current (?:compute )?capability:? (?P<compute_capability>\d+(?:\.\d+)?)",
+            r"CUDA device capability: (?P<compute_capability>\d+)",
+            r"compute capability:? (?P<compute_capability>\d+(?:\.\d+)?)",
+        ],
+    ),
+    _rule(
+        "torch_arch_incompatible",
+        "unsupported_gpu",
+        75,
+        ("is not compatible with the current PyTorch",),
+        [
+            r"(?:(?P<gpu>\S.*?) with )?CUDA capability sm_(?P<sm>\d+a?) is not compatible with "
+            r"the current PyTorch installation",
+            r"is not compatible with the current PyTorch installation",
+        ],
+        "PyTorch in this environment was not built for this GPU[[ ({gpu}, sm_{sm})]]: install "
+        "a PyTorch/vLLM build that supports it (Blackwell sm_120 needs CUDA 12.8+ builds, "
+        "e.g. vLLM's cu128/cu129 wheels or images).",
+        "PyTorch build does not support this GPU[[ (sm_{sm})]]",
+        weak=True,
+    ),
+    # ---------------------------------------------------- quantization_unsupported
+    _rule(
+        "quantization_no_kernel",
+        "quantization_unsupported",
+        84,
+        (
+            "Failed to find a kernel",
+            "quantization is currently not supported",
+            "quantization is not supported",
+            "Unknown quantization method",
+            "with arguments from the",
+            "for quantization method",
+            "-bit weight quantization is supported",
+            "-bit quantization is supported",
+            "not supported on CPU",
+            "not supported for CPU",
+        ),
+        [
+            r"Failed to find a kernel that can implement the (?P<quantization>[\w\-]+) "
+            r"(?:linear|MoE|moe)",
+            r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
+            r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
+            r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
+            r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
+            r"the '(?P<platform>\w+)' backend",
+            r"is not supported for quantization method (?P<quantization>[\w\-]+)",
+            r"only (?P<bits>\d+)-bit (?:weight )?quantization is supported for "
+            r"(?P<quantization>[\w\-]+)",
+            r"^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*)\b.*?(?P<platform>CPU|cpu) is not "
+            r"supported|^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*).*not supported (?:on|for) "
+            r"(?P<platform2>CPU|cpu)",
+        ],
+        "No kernel for the checkpoint's quantization[[ ({quantization})]] on this "
+        "[[{platform}||device]][[ (vLLM {vllm_version})]]: serve a checkpoint in a format this "
+        "device runs (on CPU: bf16, or a quantization the CPU build lists, e.g. AWQ/GPTQ "
+        "int4 or W8A8 int8; NVFP4 needs a Blackwell GPU), or use hardware and a vLLM build "
+        "with a kernel for it.",
+        "quantization[[ {quantization}]] not supported on [[{platform}||this device]]",
+        exclude=[r"(?i:compute capability|capability[:<>])"],  # quantization_needs_newer_gpu
+    ),
+    _rule(
+        "fp8_type_unsupported_arch",
+        "quantization_unsupported",
+        83,
+        ("not supported in this architecture", "data type is not supported on CUDA arch"),
+        [
+            r"type (?P<fp8_type>fp8\w+) not supported in this architecture",
+            # Triton < 3.x: an assertion in its type conversion
+            r"(?P<fp8_type>fp8\w+) data type is not supported on CUDA arch",
+        ],
+        "This GPU has no native FP8 ({fp8_type}), which the Triton kernel[[ {triton_kernel}]] "
+        "needs: FP8 compute needs compute capability 8.9+ (Ada, Hopper, Blackwell). Use a "
+        "checkpoint that is not FP8-quantized (bf16, AWQ/GPTQ int4) on this GPU, or a newer GPU.",
+        "FP8 ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
+    ),
+)

@@ -1,0 +1,573 @@
+"""The fast streaming scanner: which lines to analyse, their events, the state they update."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from kimi_ops.diagnose.clean import clean_line
+from kimi_ops.diagnose.markers import (
+    _ALL_KEYWORDS,
+    _ATTN_FRAME_RE,
+    _DISPATCH,
+    _EXC_RE,
+    _EXIT_KEYWORDS,
+    _EXIT_RE,
+    _FACT_PATTERNS,
+    _FRAME_RE,
+    _FREQ_HEALTHY,
+    _IGNORED_PREFIXES,
+    _NATIVE_FRAME_RE,
+    _NEWLINE,
+    _PROGRESS_RE,
+    _QUANT_FRAME_RE,
+    _RUN_START,
+    _SHUTDOWN_KEYWORDS,
+    _SIG_FACT,
+    _SIG_STAGE,
+    _STAGE_MARKERS,
+    _TRACEBACK,
+    _UP_SHUTDOWN_RE,
+)
+from kimi_ops.diagnose.model import (
+    _HEALTHY_STAGE,
+    _MAX_EVIDENCE,
+    _MAX_TAIL_LINE,
+    _STAGE_INDEX,
+    _WRAP_MIN,
+    TAIL_LINES,
+)
+from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL, RULES
+
+# Why the scanner is shaped so. A log may be gigabytes (diagnosed on the host, 1 MiB at a
+# time) and almost all of it is serving noise (metrics, access log) that decides nothing.
+# Python-level work on every one of tens of millions of lines would dominate, so the scanner
+# never loops over lines: ``_candidate_lines`` finds the few lines worth analysing with C-speed
+# scans (one ``re`` trie over a ``bytes.translate``d copy whose only literal prefix is one
+# byte, plus a few ``str.find`` needles), and ``_FULL_SCAN`` analyses every line of a small
+# excerpt's head, where a pasted log's one telling line may hold no trigger word.
+# ``_line_events`` is memoised (the same lines repeat), and frequent "serving" markers are
+# found per chunk with ``rfind``. The streaming ``_State`` is small and cloneable, and events
+# apply in log order, so feeding a log in any split gives exactly the whole-log diagnosis.
+# bench/bench_diagnose.py measures the throughput; tests check the fast path against
+# analysing every line.
+
+#: Every line that starts in the first this many characters of a log is analysed, not only
+#: the trigger lines: an excerpt pasted into an issue is small, and its one telling line
+#: may hold none of the trigger words. Past it, the trigger scan keeps big logs fast.
+_FULL_SCAN = 64 * 1024
+
+
+def _trie_regex(words: Iterable[str]) -> str:
+    """A regex alternation of literals, factored as a trie (fast in ``re``)."""
+    trie: dict[str, Any] = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        if list(node) == [""]:
+            return ""
+        alts = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        if "" in node:
+            return "(?:" + body + ")?"
+        return body
+
+    return build(trie)
+
+
+#: Words that find the lines worth analysing. Coverage relies on context: every exception
+#: line holds ``Error`` / ``Exception``, so ``ValueError: No available memory ...`` needs no
+#: word of its own; the rest cover stage, fact and non-exception failure lines. The tests
+#: check this fast path against analysing every line. For speed, all first characters of
+#: these words are mapped to one byte (see ``_candidate_lines``), so keep them few and rare,
+#: and keep at least three other characters in each (a word made only of first characters
+#: would match any run of them).
+_TRIGGER_WORDS: tuple[str, ...] = (
+    # exceptions, tracebacks, exits; every ERROR / CRITICAL record
+    "Error",
+    "ERROR",
+    "CRITICAL",
+    "Exception",
+    "KeyboardInterrupt",
+    "Killed",
+    '", line ',
+    "xited with code",
+    "xit code",  # died unexpectedly (exit code: -9); exited with exit code 1
+    "xitcode",
+    "Exit Code",
+    "xpectedly",  # died unexpectedly
+    # failure messages that are not (always) exception lines
+    "Errno",
+    "EADDRINUSE",
+    "CUDA error",
+    "CUDA out of memory",
+    "CUDA driver",
+    "CUDA capability",
+    "CUDA graphs",
+    "CUDA kernel",
+    "Cuda failure",
+    "CUBLAS_STATUS",
+    "Value error",
+    "Value 'sm_",
+    "Watchdog caught",
+    "Worker proc",
+    "WorkerProc ",
+    "Worker failed",
+    "Engine core",
+    "EngineCore failed",
+    "EngineCore encountered",
+    "Engine process",
+    "Engine loop",
+    "Engine is already dead",
+    "Executor failed",
+    "KV cache is needed",
+    "KV Cache is",
+    "UnspecifiedPlatform",
+    "Unsupported",
+    "User-specified",
+    # stages and facts
+    "LLM API server",
+    "LLM server on",
+    "LLM engine",
+    "Loading ",
+    "Model loading took",
+    "Maximum concurrency",
+    "Memory profiling",
+    "Using ",
+    "Dynamo bytecode",
+    "Directly load the compiled",
+    "Compiling a graph",
+    "KV cache memory",
+    "KV cache size",
+    "# GPU blocks",
+    "# cuda blocks",
+    "Capturing",
+    "warmup model) took",
+    "Uvicorn running",
+    "Waiting for application",
+    "wn triggered",  # [shutdown] API server: shutdown triggered
+    "Started server",
+    # signals: stops (SIGTERM / SIGINT) and kills; "Segfault encountered" (torch's handler)
+    "SIGTERM",
+    "SIGINT",
+    "SIGHUP",
+    "SIGKILL",
+    "SIGSEGV",
+    "SIGBUS",
+    "SIGABRT",
+    "SIGILL",
+    "SIGFPE",
+    "Segfault",
+    "Segmentation fault",  # the shell's word for SIGSEGV (a line of its own)
+    "Memory access fault",  # the ROCm runtime's, before it aborts the process
+    "ModeIsEnabled",  # OfflineModeIsEnabled
+)
+#: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
+#: Keywords whose lines need no trigger word: they only occur in exception messages (which
+#: hold ``Error``) or in hard-wrapped continuations (analysed regardless of triggers).
+_KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset(
+    {"maximum model length is", "def "}  # "def kernel(": Triton's CompilationError, an ERROR
+)
+_FIND_WORDS: tuple[str, ...] = (
+    ": error: ",
+    "Illegal instruction",  # the shell's word for SIGILL (a line of its own: no trigger word)
+    "startup complete",
+    "non-default args",
+    "Starting to load",
+    "core dumped",
+    "^C",
+    "Available routes",
+)
+#: Keywords found only by the head scan (``_FULL_SCAN``): they mark lines that, in a whole
+#: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
+#: server"); only a pasted excerpt shows them alone, and an excerpt is small.
+_HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset(
+    {
+        "Route: /",
+        # the KV-cache dtype asked for: a command line or argparse Namespace comes first; the
+        # engine's config dump (kv_cache_dtype=fp8) is on an "LLM engine" (trigger) line
+        "--kv-cache-dtype",
+        "kv_cache_dtype=",
+        "no longer supports this GPU",  # PyTorch's warning at import, before vLLM starts
+    }
+)
+
+
+def _dedupe_words(words: Iterable[str]) -> list[str]:
+    """Drop words that contain a shorter word (that one finds the same lines)."""
+    keep: list[str] = []
+    for w in sorted(set(words), key=len):
+        if not any(k in w for k in keep):
+            keep.append(w)
+    return keep
+
+
+_ANCHORS = frozenset(w[0] for w in _TRIGGER_WORDS)
+#: Maps every first character of a trigger word to ``\x01`` (all other bytes unchanged).
+_ANCHOR_TABLE = bytes(1 if chr(b) in _ANCHORS else b for b in range(256))
+#: The trigger words, translated the same way: one trie with the single literal prefix
+#: ``\x01``, which ``re`` scans for about as fast as ``str.find``.
+_TRIGGER = re.compile(
+    _trie_regex(
+        w.encode("ascii").translate(_ANCHOR_TABLE).decode("latin-1")
+        for w in _dedupe_words(_TRIGGER_WORDS)
+    ).encode("latin-1")
+)
+_REC_BASIC = (
+    r"\(|[ \t]{2}|\[|\t|INFO|WARN|ERROR|DEBUG|CRITICAL|Traceback|File |\d{4}-\d\d|"
+    r"\d\d-\d\d[ ]\d\d:|\d\d:\d\d:\d\d|\n|$"
+)
+#: A newline followed by a line that does not look like the start of a log record
+#: (also behind a docker-compose prefix or markdown quote marks): a wrap candidate.
+_CONT = re.compile(
+    r"\n(?!" + _REC_BASIC + r"|(?:(?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?)?(?:[ \t]*>+[ ]?)?"
+    r"(?:" + _REC_BASIC + "))"
+)
+
+
+def _candidate_lines(scan: str) -> list[int]:
+    """Start offsets (sorted, unique) of the lines of ``scan`` worth analysing."""
+    starts: set[int] = set()
+    # ASCII-encode with one "?" per other character, so byte offsets equal str offsets.
+    marked = scan.encode("ascii", "replace").translate(_ANCHOR_TABLE)
+    search = _TRIGGER.search
+    i = 0
+    while True:
+        m = search(marked, i)
+        if m is None:
+            break
+        p = m.start()
+        starts.add(scan.rfind("\n", 0, p) + 1)
+        i = scan.find("\n", p) + 1
+    for word in _FIND_WORDS:
+        p = scan.find(word)
+        while p >= 0:
+            starts.add(scan.rfind("\n", 0, p) + 1)
+            p = scan.find(word, scan.find("\n", p))
+    return sorted(starts)
+
+
+class _Hit(NamedTuple):
+    pos: int
+    text: str
+    groups: Mapping[str, str]
+
+
+class _Line(NamedTuple):
+    pos: int
+    text: str
+
+
+# Event kinds; on one line they apply in this order.
+_EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
+_EV_SHUTDOWN, _EV_FRAME = 7, 8
+
+
+class _State:
+    """Everything the diagnosis depends on; small, so it can be cloned cheaply."""
+
+    __slots__ = (
+        "offset",
+        "last_line",
+        "healthy_pos",
+        "healthy_text",
+        "shutdown_pos",
+        "hits",
+        "facts",
+        "stage",
+        "progress",
+        "stage_text",
+        "last_progress_pos",
+        "last_crash_pos",
+        "last_signal_pos",
+        "last_exc",
+        "first_exc_since_progress",
+        "first_exc_since_healthy",
+        "last_header",
+        "last_exit",
+        "last_frame",
+        "last_vllm_frame_pos",
+        "last_attn_frame_pos",
+        "last_quant_frame_pos",
+        "tail",
+        "tail_provisional",
+    )
+
+    def __init__(self) -> None:
+        self.offset = 0  # offset of the next block in the (\r\n-normalised) stream
+        self.last_line: str | None = None
+        self.healthy_pos = -1
+        self.healthy_text: str | None = None
+        self.shutdown_pos = -1
+        self.hits: dict[str, _Hit] = {}  # rule name -> first hit since the healthy marker
+        self.facts: dict[str, str] = {}
+        self.stage = -1
+        self.progress: str | None = None
+        self.stage_text: str | None = None
+        self.last_progress_pos = -1
+        self.last_crash_pos = -1
+        self.last_signal_pos = -1
+        self.last_exc: _Line | None = None
+        self.first_exc_since_progress: _Line | None = None
+        self.first_exc_since_healthy: _Line | None = None
+        self.last_header: _Line | None = None
+        self.last_exit: _Line | None = None
+        self.last_frame: _Line | None = None
+        self.last_vllm_frame_pos = -1  # a traceback frame in vLLM's own code
+        self.last_attn_frame_pos = -1  # ... in attention / KV-cache code
+        self.last_quant_frame_pos = -1  # ... in weight-quantization / GEMM / MoE code
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
+        self.tail_provisional = False
+
+    def clone(self) -> _State:
+        new = _State.__new__(_State)
+        for name in _State.__slots__:
+            setattr(new, name, getattr(self, name))
+        new.hits = dict(self.hits)
+        new.facts = dict(self.facts)
+        new.tail = deque(self.tail, maxlen=TAIL_LINES + 1)
+        return new
+
+
+def _truncate(text: str, limit: int = _MAX_EVIDENCE) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _analyze(text: str, pos: int, events: list[tuple[Any, ...]], *, joined: bool) -> None:
+    """Append the events one cleaned line produces (at log position ``pos``)."""
+    for tpl in _line_events(text, joined):
+        events.append((pos, *tpl))
+
+
+@lru_cache(maxsize=4096)
+def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
+    """The events of one cleaned line, without position (cached: lines repeat a lot).
+
+    A ``joined`` text (a line plus its hard-wrapped continuation) only yields rule and
+    fact events: its stage markers and crash lines were already seen line by line.
+    """
+    events: list[tuple[Any, ...]] = []
+    present = [k for k in _ALL_KEYWORDS if k in text]
+    stages: set[int] = set()
+    facts: set[int] = set()
+    rules: set[int] = set()
+    for k in present:
+        for kind, idx in _DISPATCH.get(k, ()):
+            (stages if kind == _SIG_STAGE else facts if kind == _SIG_FACT else rules).add(idx)
+    best_stage = -1
+    if not joined:
+        for idx in stages:
+            mk = _STAGE_MARKERS[idx]
+            if mk.stage > best_stage and (mk.pattern is None or mk.pattern.search(text)):
+                best_stage = mk.stage
+    if best_stage >= 0:
+        pm = _PROGRESS_RE.search(text)
+        progress = f"{pm.group(1)}/{pm.group(2)}" if pm else None
+        events.append((_EV_STAGE, best_stage, progress, text, _RUN_START in text))
+        if best_stage >= _HEALTHY_STAGE:
+            events.append((_EV_HEALTHY, text))
+    for idx in sorted(facts):
+        m = _FACT_PATTERNS[idx][1].search(text)
+        if m is not None:
+            groups = {k: v for k, v in m.groupdict().items() if v}
+            if groups:
+                events.append((_EV_FACT, groups))
+    is_wrapper = False
+    for idx in sorted(rules):
+        rule = RULES[idx]
+        groups = rule._search(text)
+        if groups is not None:
+            events.append((_EV_RULE, rule.name, text, groups))
+            if rule.label == "engine_dead_other":
+                is_wrapper = True
+    if joined:
+        return tuple(events)
+    if _EXC_RE.match(text):
+        events.append((_EV_EXC, text, is_wrapper))
+    elif _TRACEBACK in text:
+        events.append((_EV_HEADER, text))
+    exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
+    if exit_line or _NATIVE_FRAME_RE.match(text):  # ... or a crash handler's native backtrace
+        events.append((_EV_EXIT, text))
+    if present and not _SHUTDOWN_KEYWORDS.isdisjoint(present):
+        events.append((_EV_SHUTDOWN, text))
+    if _FRAME_RE.match(text):
+        events.append((_EV_FRAME, text))
+    return tuple(events)
+
+
+def _is_continuation(prev_raw: str, cur_clean: str) -> bool:
+    """Is this line the hard-wrapped rest of the (long) previous one?"""
+    if len(prev_raw) < _WRAP_MIN or not cur_clean.strip():
+        return False
+    return not cur_clean.startswith(
+        (_TRACEBACK, "File ", "  ", "\t", "During handling", "The above exception")
+    )
+
+
+def _analyze_join(prev_raw: str, cur_raw: str, pos: int, events: list[tuple[Any, ...]]) -> None:
+    cur = clean_line(cur_raw)
+    if not _is_continuation(prev_raw, cur):
+        return
+    prev = clean_line(prev_raw)
+    if prev.startswith(_IGNORED_PREFIXES):
+        return
+    for sep in ("", " "):
+        _analyze(prev + sep + cur, pos, events, joined=True)
+
+
+def _apply(st: _State, ev: tuple[Any, ...]) -> None:
+    """Fold one event into the state (events arrive in log order)."""
+    pos, kind = ev[0], ev[1]
+    if kind == _EV_FACT:
+        st.facts.update(ev[2])
+    elif kind == _EV_STAGE:
+        stage, progress, text, run_start = ev[2], ev[3], ev[4], ev[5]
+        if run_start:  # a new server run: the previous run's "up" / shutdown are history
+            st.stage, st.progress = stage, None
+            st.healthy_pos, st.healthy_text, st.shutdown_pos = -1, None, -1
+        elif stage > st.stage:
+            st.stage, st.progress = stage, progress
+        elif stage == st.stage and progress:
+            st.progress = progress
+        st.stage_text = text
+        st.last_progress_pos = pos
+        st.first_exc_since_progress = None
+    elif kind == _EV_HEALTHY:
+        frequent = len(ev) > 3 and ev[3]
+        if frequent and any(_RULE_LABEL.get(name, "unknown") != "unknown" for name in st.hits):
+            # An access-log "200" or a throughput line after a specific failure (the engine
+            # died, but the API server still answers /v1/models until it shuts down) is not
+            # a recovery: the failure stands.
+            return
+        if pos > st.healthy_pos:
+            st.healthy_pos = pos
+            st.healthy_text = ev[2]
+            st.hits = {}
+            st.shutdown_pos = -1
+            st.first_exc_since_healthy = None
+            st.first_exc_since_progress = None
+            st.last_progress_pos = max(st.last_progress_pos, pos)
+    elif kind == _EV_RULE:
+        name, text, groups = ev[2], ev[3], ev[4]
+        if pos <= st.healthy_pos:
+            return
+        old = st.hits.get(name)
+        if old is None:
+            st.hits[name] = _Hit(pos, text, dict(groups))
+        else:
+            missing = {k: v for k, v in groups.items() if k not in old.groups}
+            if missing:
+                st.hits[name] = _Hit(old.pos, old.text, {**old.groups, **missing})
+        if not _RULE_BY_NAME[name].weak:
+            st.last_signal_pos = max(st.last_signal_pos, pos)
+    elif kind == _EV_EXC:
+        line = _Line(pos, ev[2])
+        st.last_exc = line
+        st.last_crash_pos = st.last_signal_pos = pos
+        if not ev[3]:
+            if st.first_exc_since_progress is None:
+                st.first_exc_since_progress = line
+            if st.first_exc_since_healthy is None:
+                st.first_exc_since_healthy = line
+    elif kind == _EV_HEADER:
+        st.last_header = _Line(pos, ev[2])
+        st.last_crash_pos = st.last_signal_pos = pos
+    elif kind == _EV_EXIT:
+        st.last_exit = _Line(pos, ev[2])
+        st.last_crash_pos = st.last_signal_pos = pos
+    elif kind == _EV_SHUTDOWN:
+        if (
+            st.healthy_pos < 0
+            and not st.hits
+            and st.last_crash_pos < 0
+            and _UP_SHUTDOWN_RE.search(ev[2])
+        ):  # an excerpt that begins after startup: the stop shows the server was up
+            st.healthy_pos = pos
+            st.healthy_text = ev[2]
+            st.last_progress_pos = max(st.last_progress_pos, pos)
+        if st.healthy_pos >= 0 and st.shutdown_pos < 0:
+            st.shutdown_pos = pos
+    elif kind == _EV_FRAME:
+        st.last_frame = _Line(pos, ev[2])
+        if "/vllm/" in ev[2]:
+            st.last_vllm_frame_pos = pos
+        if _ATTN_FRAME_RE.search(ev[2]):
+            st.last_attn_frame_pos = pos
+        elif _QUANT_FRAME_RE.search(ev[2]):
+            st.last_quant_frame_pos = pos
+        st.last_crash_pos = max(st.last_crash_pos, pos)
+
+
+def _update_tail(st: _State, block: str, scan: str) -> None:
+    """Append the block's last lines to the tail; a ``\\r``-ended line is provisional.
+
+    ``scan`` is ``block`` with every ``\\r`` turned into ``\\n`` (same offsets).
+    """
+    n = len(block)
+    end = n - 1  # index of the terminator of the last segment
+    count = 0
+    start = n
+    while end >= 0 and count <= TAIL_LINES:
+        s = scan.rfind("\n", 0, end) + 1
+        if block[end] == "\n" or end == n - 1:
+            count += 1
+        start = s
+        end = s - 1
+    i = start
+    while i < n:
+        j = scan.find("\n", i)
+        if st.tail_provisional and st.tail:
+            st.tail.pop()
+        st.tail.append(block[i:j][:_MAX_TAIL_LINE])
+        st.tail_provisional = block[j] == "\r"
+        i = j + 1
+
+
+def _process(st: _State, block: str) -> None:
+    """Consume a block of complete lines (ends with a terminator; ``\\r\\n`` normalised)."""
+    base = st.offset
+    st.offset += len(block)
+    scan = block.replace("\r", "\n") if "\r" in block else block
+    events: list[tuple[Any, ...]] = []
+    for kw in _FREQ_HEALTHY:  # frequent serving markers: only the last one matters
+        p = scan.rfind(kw)
+        if p >= 0:
+            ls = scan.rfind("\n", 0, p) + 1
+            text = clean_line(scan[ls : scan.find("\n", p)])
+            events.append((base + ls, _EV_STAGE, _STAGE_INDEX["ready"], None, text, False))
+            events.append((base + ls, _EV_HEALTHY, text, True))
+    starts = _candidate_lines(scan)
+    if base < _FULL_SCAN:
+        head = _FULL_SCAN - base
+        every = [0] + [m.end() for m in _NEWLINE.finditer(scan, 0, min(head, len(scan) - 1))]
+        starts = sorted(set(starts).union(every))
+    for ls in starts:
+        text = clean_line(scan[ls : scan.find("\n", ls)])
+        if text and not text.startswith(_IGNORED_PREFIXES):
+            _analyze(text, base + ls, events, joined=False)
+    # hard-wrapped continuations; the first line continues the previous block's last line
+    first_end = scan.find("\n")
+    if st.last_line is not None and _CONT.match("\n" + scan[: min(first_end, 200)] + "\n"):
+        _analyze_join(st.last_line, scan[:first_end], base, events)
+    for m in _CONT.finditer(scan):
+        ls = m.start() + 1
+        if ls >= len(scan):
+            break
+        prev_start = scan.rfind("\n", 0, m.start()) + 1
+        _analyze_join(
+            scan[prev_start : m.start()], scan[ls : scan.find("\n", ls)], base + ls, events
+        )
+    st.last_line = scan[scan.rfind("\n", 0, len(scan) - 1) + 1 : -1]
+    if events:
+        events.sort(key=lambda e: (e[0], e[1]))
+        for ev in events:
+            _apply(st, ev)
+    _update_tail(st, block, scan)
