@@ -52,7 +52,8 @@ def verify(
                 # The answer came from the port: prove the launch there is still this run's,
                 # and (run through the lock guard, as mutating commands are) that this run
                 # still holds the deployment lock: a run that lost it never reports ready.
-                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=True)
+                # (A dry run prints mutating commands instead of running them: not this read.)
+                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=not h.dry)
                 facts = vfy.parse_poll(out.stdout)
                 recheck = state.feed_poll(facts, clock() - start)
                 if recheck.done:  # replaced, stopped or gone meanwhile
