@@ -85,6 +85,15 @@ def stopped_by(marker: StopMarker | None, launch_id: str | None) -> str | None:
     return marker.detail or "kimi-ops"
 
 
+def stopped_outside(launch_id: str | None, d: Diagnosis) -> str:
+    """What status and verify say of a launch whose log shows a graceful signal stop after it
+    served (lifecycle ``stopped``) that kimi-ops did not make."""
+    return (
+        f"launch {launch_id} served, then was stopped outside kimi-ops "
+        f"(its log shows a graceful shutdown: {d.summary})"
+    )
+
+
 @dataclass(frozen=True)
 class HostState:
     """The deployment's state now, and one line that says it."""
@@ -150,11 +159,7 @@ def classify(f: StateFacts) -> HostState:
     if f.log_exists and d.lifecycle == "stopped":
         # Not kimi-ops, but its log says it served and then shut down on a signal (an
         # operator's `kill PID`, Ctrl-C, systemd): a stop, not a crash.
-        return HostState(
-            "stopped",
-            f"no server: launch {f.launch_id} served, then was stopped outside kimi-ops "
-            f"(its log shows a graceful shutdown: {d.summary})",
-        )
+        return HostState("stopped", f"no server: {stopped_outside(f.launch_id, d)}")
     if not f.log_exists:
         return HostState(
             "crashed",

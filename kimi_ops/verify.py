@@ -16,7 +16,7 @@ from typing import Any
 
 from .defaults import CURRENT_LOG, LAUNCH_ID_FILE, PIDFILE
 from .diagnose import Diagnosis, LogDiagnoser
-from .hoststate import STOP_MARKER, parse_stop_marker, stopped_by
+from .hoststate import STOP_MARKER, parse_stop_marker, stopped_by, stopped_outside
 from .procs import is_vllm_title, server_args
 from .shell import quote as q
 
@@ -258,8 +258,7 @@ class VerifyState:
         if not facts.alive and facts.log_exists and diag.lifecycle == "stopped":
             return Verdict(
                 "stopped",
-                f"stopped: launch {facts.launch_id} served, then was stopped outside kimi-ops "
-                f"(its log shows a graceful shutdown: {diag.summary}); no server runs",
+                f"stopped: {stopped_outside(facts.launch_id, diag)}; no server runs",
                 replace(diag, hint="`fab deploy` starts it again"),
             )
         if not facts.log_exists and not facts.alive:
