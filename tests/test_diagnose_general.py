@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_ops.diagnose import diagnose
+from kimi_ops.diagnose import clean_line, diagnose
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 W = "(Worker pid=7) ERROR 12-02 22:23:11 [multiproc_executor.py:1063] "
@@ -91,12 +91,18 @@ def test_triton_fp8_type_error_names_whose_fp8_by_the_kernel(kernel: str, label:
 
 def test_triton_fp8_type_error_without_a_kernel_name_uses_frames_then_the_flag() -> None:
     bare = "AssertionError: fp8e4nv data type is not supported on CUDA arch < 89\n"  # Triton 2.x
-    assert diagnose(bare).label == "quantization_unsupported"
+    # nothing says whose FP8: on a GPU without native FP8, vLLM's FP8 weights take Marlin or
+    # are refused up front, so a Triton FP8 type error is the KV cache's attention kernel
+    assert diagnose(bare).label == "kv_cache_dtype_unsupported"
     cfg = (
         "INFO 01-01 00:00:00 [llm_engine.py:1] Initializing an LLM engine (v0.6.3) with config: "
         "model='m', kv_cache_dtype=fp8, quantization=None\n"
     )
     assert diagnose(cfg + bare).label == "kv_cache_dtype_unsupported"
+    fp8_weights = cfg.replace("kv_cache_dtype=fp8, quantization=None", "quantization=fp8")
+    assert diagnose(fp8_weights + bare).label == "quantization_unsupported"
+    auto_kv = cfg.replace("kv_cache_dtype=fp8", "kv_cache_dtype=auto")
+    assert diagnose(auto_kv + bare).label == "quantization_unsupported"
     attn = TB + frame("attention/ops/prefix_prefill.py", "context_attention_fwd")
     assert diagnose(attn + bare).label == "kv_cache_dtype_unsupported"
     quant = TB + frame("model_executor/layers/quantization/utils/fp8_utils.py", "w8a8_matmul")
@@ -245,3 +251,98 @@ def test_every_wording_of_an_fp8_kv_cache_request_is_a_fact(fact: str) -> None:
     bare = "AssertionError: fp8e4nv data type is not supported on CUDA arch < 89\n"
     d = diagnose(fact + bare)
     assert d.label == "kv_cache_dtype_unsupported" and d.facts["kv_cache_dtype"].startswith("fp8")
+
+
+# ------------------------------------ general facts added after split 0's held-out side was read
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "ESC[1;36m(VllmWorkerProcess pid=62)ESC[0;0m ERROR 12-26 16:20:28 a.py:236] boom",
+        " [36m(RayWorker pid=3) [0m ERROR 12-26 16:20:28 a.py:236] boom",  # the ESC byte lost
+        "\\x1b[0;36m(APIServer pid=1)\\x1b[0m ERROR 12-26 16:20:28 [a.py:236] boom",
+    ],
+)
+def test_colour_codes_spelled_out_in_a_paste_are_decoration(raw: str) -> None:
+    assert clean_line(raw) == "boom"
+    assert clean_line("timeout [5m] reached") == "timeout [5m] reached"  # not a colour code
+
+
+def test_an_exception_behind_spelled_out_colour_codes_is_a_crash_not_starting() -> None:
+    log = (
+        "ESC[1;36m(VllmWorkerProcess pid=62)ESC[0;0m INFO 12-26 16:20:20 loader.py:1] Loading "
+        "model weights took 2.1 GB\n"
+        "ESC[1;36m(VllmWorkerProcess pid=62)ESC[0;0m ERROR 12-26 16:20:28 a.py:236] "
+        "RuntimeError: something no rule knows\n"
+    )
+    assert diagnose(log).label == "unknown"
+
+
+def test_torch_compile_refusing_an_old_gpu_is_unsupported_gpu() -> None:
+    line = (
+        "RuntimeError: Found Tesla P100-PCIE-16GB which is too old to be supported by the triton "
+        "GPU compiler, which is used as the backend. Triton only supports devices of CUDA "
+        "Capability >= 7.0, but your device is of CUDA capability 6.0\n"
+    )
+    assert diagnose(line).label == "unsupported_gpu"
+
+
+def test_a_backend_reasons_line_naming_the_capability_among_others_is_unsupported_gpu() -> None:
+    log = (
+        "ValueError: No valid attention backend found for cuda with\n"
+        "AttentionSelectorConfig(head_size=512, dtype=torch.bfloat16, kv_cache_dtype=auto).\n"
+        "Reasons: {\n"
+        "  FLASHMLA: [sparse not supported, compute capability not supported],\n"
+        "}\n"
+    )
+    assert diagnose(log).label == "unsupported_gpu"
+    # a backend that refuses only the KV dtype asked for makes it the KV dtype's problem
+    kv = log.replace("kv_cache_dtype=auto", "kv_cache_dtype=fp8").replace(
+        "}\n", "  TRITON_MLA: ['kv_cache_dtype not supported']\n}\n"
+    )
+    assert diagnose(kv).label == "kv_cache_dtype_unsupported"
+
+
+def test_a_quantized_moe_backend_refusing_the_device_is_quantization_unsupported() -> None:
+    line = (
+        "ValueError: NvFp4 MoE backend 'FLASHINFER_CUTLASS' does not support the deployment "
+        "configuration since kernel does not support current device.\n"
+    )
+    d = diagnose(line)
+    assert d.label == "quantization_unsupported" and d.facts["quantization"] == "NvFp4"
+
+
+UVICORN_STOP = (
+    "(APIServer pid=1) INFO:     Waiting for application shutdown.\n"
+    "(APIServer pid=1) INFO:     Application shutdown complete.\n"
+    "(APIServer pid=1) INFO:     Finished server process [1]\n"
+)
+
+
+def test_the_http_server_ending_without_a_stop_request_is_not_healthy() -> None:
+    """vLLM also shuts uvicorn down when its engine dies: the shutdown alone shows no stop."""
+    d = diagnose(UVICORN_STOP)
+    assert d.label == "unknown" and d.lifecycle == "failed", d.summary
+
+
+def test_the_http_server_ending_after_a_stop_request_is_healthy_then_stopped() -> None:
+    sup = "DEBUG 2024-08-18 03:43:40,351 backends:317: Sending SIGINT to vLLM server PID 15\n"
+    term = "(APIServer pid=1) INFO 01-01 00:00:00 [a.py:1] Received SIGTERM\n"
+    for before in (sup, "^C\n", term):
+        d = diagnose(before + UVICORN_STOP)
+        assert (d.label, d.lifecycle) == ("healthy", "stopped"), (before, d.summary)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "16:53:24 - ❌ Crashed container in pod: vllm-standalone-llama-3-1b-845945945-dljsw",
+        "vllm-0   0/1   CrashLoopBackOff   5 (2m ago)   9m",
+        "Warning  BackOff  2m  kubelet  Back-off restarting failed container vllm in pod vllm-0",
+        "abc123   vllm/vllm-openai:latest   Exited (1) 3 seconds ago   vllm",
+    ],
+)
+def test_an_orchestrator_reporting_the_container_dead_is_a_failure_not_starting(line: str) -> None:
+    loading = "INFO 01-01 00:00:00 [loader.py:1] Loading safetensors checkpoint shards: 10% 1/10\n"
+    assert diagnose(loading + line + "\n").label == "unknown"

@@ -7,6 +7,11 @@ import re
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 #: Colour codes pasted in caret notation (``^[[0;36m``), as terminals copy them.
 _CARET_ANSI_RE = re.compile(r"\^\[\[[0-?]*[ -/]*[@-~]")
+#: Colour codes whose ESC byte a paste spelled out (``ESC[1;36m``, ``\x1b[0m``, ``\033[0m``) or
+#: lost (`` [36m``): only SGR codes (digits and ``;`` then ``m``), so ``[5m]`` text stays.
+_LITERAL_ANSI_RE = re.compile(
+    r"(?:ESC|\\x1[bB]|\\033|\\e|\\u001[bB])?\[(?:\d{1,3};)*\d{1,3}m(?!\])"
+)
 _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
     r"""^(?:
         [ \t]*>+[ ]?                                          # markdown quote
@@ -47,6 +52,11 @@ def clean_line(line: str) -> str:
         s = _ANSI_RE.sub("", s)
     if "^[[" in s:
         s = _CARET_ANSI_RE.sub("", s)
+    if "m" in s and ("[0" in s or "[1" in s or "[3" in s or "[9" in s):
+        t = _LITERAL_ANSI_RE.sub("", s)
+        if t != s:  # a code between two spaces leaves one space, not two
+            t = _LITERAL_ANSI_RE.sub("", s.replace(" [0m ", " ").replace(" [0;0m ", " "))
+            s = t.lstrip(" ") if _LITERAL_ANSI_RE.match(s.lstrip(" ")) else t
     s = s.rstrip()
     if s.startswith("^C") and len(s) > 2:  # Ctrl-C echoed before a record: keep the mark
         return "^C " + clean_line(s[2:])

@@ -40,13 +40,18 @@ def _progress(st: _State) -> str | None:
     return st.progress if st.stage >= 0 else None
 
 
-def _fp8_in_kv_cache(st: _State, facts: Mapping[str, str]) -> bool:
+def _fp8_in_kv_cache(st: _State, facts: Mapping[str, str], *, triton_type: bool = False) -> bool:
     """Is the FP8 that a kernel failed on the KV cache's (not the weights')?
 
     In order: the failing Triton kernel's name (``reshape_and_cache`` vs ``..._scaled_mm``);
     the deepest traceback frame in attention / KV-cache code vs in quantization / GEMM code;
     else whether the KV cache was asked to be FP8 (``--kv-cache-dtype fp8``, the engine
-    config's ``kv_cache_dtype=fp8``).
+    config's ``kv_cache_dtype=fp8``). With none of these, not the KV cache's, except for
+    ``triton_type`` (Triton's "fp8e4nv not supported" on a GPU without native FP8): there it
+    is the KV cache's unless the weights are FP8 (``quantization=fp8``), because on such a
+    GPU vLLM runs FP8 weights through weight-only Marlin kernels or refuses them up front
+    ("not supported for the current GPU"); what still reaches a Triton FP8 type is, unless a
+    GEMM or MoE kernel or frame says otherwise, attention over an FP8 KV cache.
     """
     kernel = facts.get("triton_kernel", "")
     if kernel and _ATTN_KERNEL_RE.search(kernel):
@@ -57,7 +62,10 @@ def _fp8_in_kv_cache(st: _State, facts: Mapping[str, str]) -> bool:
     quant = st.last_quant_frame_pos if st.last_quant_frame_pos > st.healthy_pos else -1
     if attn != quant:
         return attn > quant
-    return facts.get("kv_cache_dtype", "").startswith("fp8")
+    kv_dtype = facts.get("kv_cache_dtype", "")
+    if kv_dtype or not triton_type:
+        return kv_dtype.startswith("fp8")
+    return not facts.get("quantization", "").lower().startswith("fp8")
 
 
 def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
@@ -103,7 +111,9 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     if winner is not None:
         rule, hit = winner
         same = sorted((h for r, h in active if r.label == rule.label), key=lambda h: h.pos)
-        if rule.name == "fp8_type_unsupported_arch" and fp8_kv:
+        if rule.name == "fp8_type_unsupported_arch" and _fp8_in_kv_cache(
+            st, facts, triton_type=True
+        ):
             rule = _FP8_ARCH_KV_RULE
         groups: dict[str, str] = {}
         for h in same:

@@ -168,6 +168,9 @@ _EXIT_RE = re.compile(
     r"Failed to start (?:the )?(?:model )?server|^The actor (?:is dead|died)\b|"
     r"\bprocess terminated unexpectedly\b|"  # a launcher's word for a vanished server
     r"\bWorker exit type: (?!INTENDED)[A-Z_]+|"  # Ray: a worker process died
+    # a container runtime / orchestrator: the server's container died (cause not shown)
+    r"\bCrashed container\b|\bCrashLoopBackOff\b|Back-off restarting failed container|"
+    r"\bExited \([1-9]\d*\)|"
     r"\.(?:cuh?|hh?|hpp|cpp|cc)\(\d+\): error: "  # nvcc: a JIT kernel build failed
 )
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
@@ -182,6 +185,10 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "terminated unexpectedly",
         "Worker exit type: ",
         "): error: ",
+        "Crashed container",
+        "CrashLoopBackOff",
+        "Back-off restarting",
+        "Exited (",
     }
 )
 #: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.
@@ -200,13 +207,27 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "received SIGTERM",
         "Application shutdown complete",
         "gracefully shutting down",
+        "API server: ",  # vLLM >= 0.2x's "[shutdown] API server: ..." stop sequence
+        "Received SIGINT",
+        "received SIGINT",
+        "Sending SIGTERM",
+        "Sending SIGINT",
+        "Sent SIGTERM",
+        "Sent SIGINT",
     }
 )
-#: Shutdown lines only a server that was up prints (uvicorn's lifespan, vLLM's stop):
-#: an excerpt that starts after startup and shows only these was healthy, then stopped.
+#: vLLM's own stop sequence, printed only by a server that was up and was asked to stop:
+#: an excerpt that starts after startup and shows it was healthy, then stopped.
 _UP_SHUTDOWN_RE = re.compile(
-    r"Waiting for application shutdown|Application shutdown complete|API server: shutdown "
-    r"triggered|Engine is gracefully shutting down"
+    r"API server: (?:shutdown triggered|engine client stopped|signalling HTTP server shutdown"
+    r"|shutting down FastAPI)"
+    r"|Engine is gracefully shutting down"
+)
+#: The HTTP server's (uvicorn's) lifespan shutdown: up, then stopped only when a stop request
+#: (``_STOP_REQUEST_RE``) came before it; vLLM also ends it when the engine dies.
+_HTTP_SHUTDOWN_RE = re.compile(r"Waiting for application shutdown|Application shutdown complete")
+_STOP_REQUEST_RE = re.compile(
+    r"KeyboardInterrupt|^\^C|signal=SIG(?:TERM|INT)|(?:[Rr]eceived|Sen(?:t|ding)) SIG(?:TERM|INT)"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: Request-log lines quote user prompts, which may contain any text: never analysed.

@@ -14,8 +14,11 @@ _FP8_ARCH_KV_RULE = _rule(
     "fp8_type_unsupported_arch",
     "kv_cache_dtype_unsupported",
     83,
-    ("not supported in this architecture",),
-    [r"type (?P<fp8_type>fp8\w+) not supported in this architecture"],
+    ("not supported in this architecture", "data type is not supported on CUDA arch"),
+    [
+        r"type (?P<fp8_type>fp8\w+) not supported in this architecture",
+        r"(?P<fp8_type>fp8\w+) data type is not supported on CUDA arch",
+    ],
     "This GPU has no native FP8 ({fp8_type}), which the FP8 KV cache's kernel[[ "
     "{triton_kernel}]] needs (compute capability 8.9+). Serve with a 16-bit KV cache: drop "
     "--kv-cache-dtype fp8 from extra_args[[ (now: {extra_args})]] and run `fab "

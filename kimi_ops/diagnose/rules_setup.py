@@ -392,15 +392,27 @@ SETUP_RULES: tuple[Rule, ...] = (
             "requires SM",
             "CUDA capability",
             "no longer supports this GPU",
+            "too old to be supported",
+            "only supports devices of CUDA",
+            "only supported on Hopper",
+            "only supported on Blackwell",
         ),
         [
             r"GPUs? with compute capability (?:below|less than|<) ?[\d.]+ (?:are|is) not supported",
+            # torch.compile's Triton backend (inductor) refuses GPUs below its minimum
+            r"too old to be supported by the triton GPU compiler",
+            r"Triton only supports devices of CUDA [Cc]apability",
+            # an attention backend's own reason, e.g. "FlashMLA Sparse is only supported on
+            # Hopper and Blackwell DC devices"
+            r"is only supported on (?:Hopper|Blackwell)\b",
             r"No compiled \w+ for a compute capability",
             r"current device does not support this kernel",
             r"FlashAttention only supports Ampere GPUs or newer",
             r"No valid attention backend.*\[\s*'?compute capability not supported'?\s*\]",
             # the selector's reasons list re-indented one reason per line
             r"^\s*(?:\w+: \[\s*)?'?compute capability not supported'?\s*,?\s*\]?,?$",
+            # ... or one backend's reasons on one line, among them the GPU's capability
+            r"^\s*'?[A-Z][A-Z0-9_]+'?: \[.*\bcompute capability not supported\b",
             # PyTorch's import-time check: no kernels of this build run on the GPU
             r"PyTorch no longer supports this GPU because it is too old",
             r"is not supported on CUDA arch",
@@ -453,6 +465,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             "-bit quantization is supported",
             "not supported on CPU",
             "not supported for CPU",
+            "MoE backend",
+            "does not support current device",
         ),
         [
             r"Failed to find a kernel that can implement the (?P<quantization>[\w\-]+) "
@@ -460,6 +474,12 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
             r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
             r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
+            # a quantized-MoE kernel backend refusing the device ("NvFp4 MoE backend
+            # 'FLASHINFER_CUTLASS' does not support the deployment configuration since kernel
+            # does not support current device")
+            r"(?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8|awq|gptq|marlin)\w*)"
+            r" MoE backend\b.*(?:does not support|not supported)",
+            r"kernel does not support current device",
             r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
             r"the '(?P<platform>\w+)' backend",
             r"is not supported for quantization method (?P<quantization>[\w\-]+)",

@@ -19,6 +19,7 @@ from kimi_ops.diagnose.markers import (
     _FACT_PATTERNS,
     _FRAME_RE,
     _FREQ_HEALTHY,
+    _HTTP_SHUTDOWN_RE,
     _IGNORED_PREFIXES,
     _NATIVE_FRAME_RE,
     _NEWLINE,
@@ -29,6 +30,7 @@ from kimi_ops.diagnose.markers import (
     _SIG_FACT,
     _SIG_STAGE,
     _STAGE_MARKERS,
+    _STOP_REQUEST_RE,
     _TRACEBACK,
     _UP_SHUTDOWN_RE,
 )
@@ -279,6 +281,7 @@ class _State:
         "healthy_pos",
         "healthy_text",
         "shutdown_pos",
+        "stop_request_pos",
         "hits",
         "facts",
         "stage",
@@ -306,6 +309,7 @@ class _State:
         self.healthy_pos = -1
         self.healthy_text: str | None = None
         self.shutdown_pos = -1
+        self.stop_request_pos = -1  # an operator's stop: SIGTERM / SIGINT / Ctrl-C
         self.hits: dict[str, _Hit] = {}  # rule name -> first hit since the healthy marker
         self.facts: dict[str, str] = {}
         self.stage = -1
@@ -484,15 +488,21 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_exit = _Line(pos, ev[2])
         st.last_crash_pos = st.last_signal_pos = pos
     elif kind == _EV_SHUTDOWN:
-        if (
-            st.healthy_pos < 0
-            and not st.hits
-            and st.last_crash_pos < 0
-            and _UP_SHUTDOWN_RE.search(ev[2])
-        ):  # an excerpt that begins after startup: the stop shows the server was up
-            st.healthy_pos = pos
-            st.healthy_text = ev[2]
-            st.last_progress_pos = max(st.last_progress_pos, pos)
+        if _STOP_REQUEST_RE.search(ev[2]):
+            st.stop_request_pos = pos
+        if st.healthy_pos < 0 and not st.hits and st.last_crash_pos < 0:
+            if _UP_SHUTDOWN_RE.search(ev[2]) or (
+                st.stop_request_pos >= 0 and _HTTP_SHUTDOWN_RE.search(ev[2])
+            ):  # an excerpt that begins after startup: the stop shows the server was up
+                st.healthy_pos = pos
+                st.healthy_text = ev[2]
+                st.last_progress_pos = max(st.last_progress_pos, pos)
+            elif _HTTP_SHUTDOWN_RE.search(ev[2]):
+                # The HTTP server ended, but neither a stop request nor vLLM's own stop
+                # sequence shows why (vLLM also shuts it down when the engine dies): the
+                # server is gone for a reason the excerpt does not hold.
+                st.last_exit = _Line(pos, ev[2])
+                st.last_crash_pos = st.last_signal_pos = pos
         if st.healthy_pos >= 0 and st.shutdown_pos < 0:
             st.shutdown_pos = pos
     elif kind == _EV_FRAME:
