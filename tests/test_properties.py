@@ -223,7 +223,12 @@ def test_launch_script_passes_any_strings_through_exactly(
 
     # environment: every configured value exactly, plus only what the caller and bash gave.
     environ = out["environ"]
-    expected_env = {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
+    # Secret-named variables are not in the script: the secrets file (uploaded apart, mode
+    # 600, not here) exports them; without it they are absent.
+    expected_env = {
+        os.fsencode(k): os.fsencode(v) for k, v in env.items() if not profile.is_secret(k)
+    }
+    assert not any(os.fsencode(k) in environ for k in env if profile.is_secret(k))
     if engine == "standin":
         expected_env[b"KIMI_STANDIN_CONFIG"] = os.fsencode(f"{run_dir}/standin.json")
     # Ownership: the tree inherits its run_dir and launch id (kimi_ops.procs.owned_processes).
