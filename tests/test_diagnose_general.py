@@ -346,3 +346,108 @@ def test_the_http_server_ending_after_a_stop_request_is_healthy_then_stopped() -
 def test_an_orchestrator_reporting_the_container_dead_is_a_failure_not_starting(line: str) -> None:
     loading = "INFO 01-01 00:00:00 [loader.py:1] Loading safetensors checkpoint shards: 10% 1/10\n"
     assert diagnose(loading + line + "\n").label == "unknown"
+
+
+def test_an_engine_traceback_cut_before_its_exception_is_unknown() -> None:
+    """The traceback shows the engine failed; without its exception line the cause is unknown."""
+    name = "engine_dead_other__engine_traceback__exception_no_rule_knows.log"
+    lines = (FIXTURES / name).read_text().splitlines(keepends=True)
+    cut = "".join(ln for ln in lines if "ValueError" not in ln)
+    d = diagnose(cut)
+    assert (d.label, d.lifecycle) == ("unknown", "failed"), d.summary
+    assert diagnose("".join(lines)).label == "engine_dead_other"
+
+
+def test_a_worker_sigterm_after_an_exception_is_teardown_not_the_cause() -> None:
+    err = (
+        "(EngineCore pid=1) ERROR 07-15 21:01:01 [core.py:1240] RuntimeError: Worker failed "
+        "with error 'CUDA error: an illegal memory access was encountered'\n"
+    )
+    died = (
+        "(EngineCore pid=1) ERROR 07-15 21:01:01 [multiproc_executor.py:284] Worker proc "
+        "VllmWorker-0 died unexpectedly (exit code: {code}), shutting down executor.\n"
+    )
+    assert diagnose(err + died.format(code=-15)).label == "engine_dead_other"
+    # a SIGKILL / SIGSEGV is no teardown: it stays the named signal
+    d = diagnose(err + died.format(code=-9))
+    assert d.label == "engine_killed" and d.facts["signal"] == "SIGKILL"
+    # without an exception before it, a -15 is an outside stop: the signal is named
+    assert diagnose(died.format(code=-15)).facts.get("signal") == "SIGTERM"
+
+
+@pytest.mark.parametrize(
+    ("line", "label"),
+    [
+        (
+            "[host:934 :0:934] Caught signal 11 (Segmentation fault: address not mapped)",
+            "engine_killed",
+        ),
+        ("Signal (11) received.", "engine_killed"),
+        (
+            "ValueError: fp8_e5m2 kv-cache is not supported with fp8 checkpoints.",
+            "kv_cache_dtype_unsupported",
+        ),
+        ("ValueError: MLA kv_data_type torch.uint8 is not supported", "kv_cache_dtype_unsupported"),
+        ("RuntimeError: pe_dim must be 64 for fp8_ds_mla", "kv_cache_dtype_unsupported"),
+        ("ValueError: Unknown TurboQuant cache dtype: 'auto'.", "kv_cache_dtype_unsupported"),
+        (
+            "AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'",
+            "quantization_unsupported",
+        ),
+        ("AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'", "unknown"),
+        ("NotImplementedError: Unsupported tpu_version=4", "unsupported_gpu"),
+        ("RuntimeError: Required aspect fp64 is not supported on the device", "unsupported_gpu"),
+        (
+            "ValueError: With `vllm serve`, you should provide the model as a positional "
+            "argument or in a config file instead of via the `--model` option.",
+            "bad_argument",
+        ),
+        (
+            "ERROR 01-10 21:49:05 engine.py:366] Error in model execution: CUDA error: "
+            "device-side assert triggered",
+            "engine_dead_other",
+        ),
+        (
+            "INFO 11-21 03:40:18 [multiproc_executor.py:558] Parent process exited, "
+            "terminating worker",
+            "unknown",
+        ),
+    ],
+)
+def test_one_line_facts_after_blind_set_d(line: str, label: str) -> None:
+    start = "INFO 01-01 00:00:00 [loader.py:1] Loading safetensors checkpoint shards: 10% 1/10\n"
+    d = diagnose(start + line + "\n")
+    assert d.label == label, d.summary
+
+
+def test_an_ascend_worker_with_no_memory_left_is_a_kv_shortfall_only_when_it_dies() -> None:
+    zero = (
+        "(Worker_TP0 pid=5) INFO 10-28 21:14:49 [worker_v1.py:259] Available memory: 0, total "
+        "memory: 65452113920\n"
+    )
+    assert diagnose(zero).label == "starting"  # an INFO line alone
+    died = "(EngineCore_DP0 pid=4) ERROR 10-28 21:14:49 [core.py:708] EngineCore failed to start.\n"
+    assert diagnose(zero + died).label == "kv_cache_insufficient"
+
+
+def test_nccl_s_own_warning_names_the_failure_when_the_worker_dies() -> None:
+    warn = "host:1:1 [0] init.cc:416 NCCL WARN Cuda failure 'operation not supported'\n"
+    died = (
+        "(VllmWorker rank=1 pid=2) ERROR 08-11 10:45:36 [multiproc_executor.py:511] WorkerProc "
+        "failed to start.\n"
+    )
+    assert diagnose(warn).label != "nccl_error"
+    assert diagnose(warn + died).label == "nccl_error"
+
+
+def test_an_exception_group_traceback_is_read_through_its_pipes() -> None:
+    log = (
+        "model_server-1  |   + Exception Group Traceback (most recent call last):\n"
+        'model_server-1  |     |   File "/usr/local/lib/python3.10/dist-packages/vllm/engine/'
+        'async_llm_engine.py", line 89, in __anext__\n'
+        "model_server-1  |     |     raise result\n"
+        "model_server-1  |     | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "2.00 GiB\n"
+    )
+    assert diagnose(log).label == "cuda_oom"
+    assert diagnose(log.rsplit("model_server-1", 1)[0]).label == "unknown"  # cut: no cause

@@ -55,16 +55,18 @@ def _group_on(side: bool, prefix: str) -> str:
     return next(f"{prefix}{i}" for i in range(1000) if E.held_out(f"{prefix}{i}") is side)
 
 
-def _write_corpus(root: Path, rows: list[tuple[str, str, str, str]]) -> None:
+def _write_corpus(
+    root: Path, rows: list[tuple[str, str, str, str]], index_name: str = "t.tsv"
+) -> None:
     logs = root / "tests" / "fixtures" / "corpus" / "logs"
     index = root / "tests" / "fixtures" / "corpus" / "index"
-    logs.mkdir(parents=True)
-    index.mkdir(parents=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    index.mkdir(parents=True, exist_ok=True)
     lines = ["file\tlabel\tgroup\tsource_url\tvllm_version\tnote"]
     for name, label, group, text in rows:
         (logs / name).write_text(text)
         lines.append(f"{name}\t{label}\t{group}\thttps://example.invalid/{group}\t0.9\tsynthetic")
-    (index / "t.tsv").write_text("\n".join(lines) + "\n")
+    (index / index_name).write_text("\n".join(lines) + "\n")
 
 
 PORT = "OSError: [Errno 98] Address already in use\n"
@@ -89,9 +91,10 @@ def test_report_on_a_small_corpus(tmp_path: Path) -> None:
     assert rep["split0_held_out"]["accuracy"] == 1.0
     assert rep["split0_dev_accuracy"] == 0.0
     assert len(rep["resplits"]) == 3 and "problems" in rep
-    assert "Only split 0 is strictly held out" in rep["note"]
+    assert rep["blind"] is None and rep["checked_on"].startswith("split 0")
+    # no blind set: every excerpt has been read, the whole corpus is dev data
     code, out = run(["--root", str(tmp_path), "--list-dev"])
-    assert code == 0 and "c.log" in out and "a.log" not in out and "b.log" not in out
+    assert code == 0 and all(f"{n}.log" in out for n in "abc")
 
 
 def test_safety_checks_fail_the_run(tmp_path: Path) -> None:
@@ -111,6 +114,33 @@ def test_safety_checks_fail_the_run(tmp_path: Path) -> None:
     assert "Address already in use" not in out  # never the excerpt
 
 
+def test_the_newest_blind_set_is_what_the_checks_run_on(tmp_path: Path) -> None:
+    held = _group_on(True, "h")
+    # the dev corpus: split 0's held-out side fails a safety check, but it is not checked
+    _write_corpus(tmp_path, [("a.log", "port_in_use", held, UP)])
+    _write_corpus(tmp_path, [("b.log", "port_in_use", "old", UP)], "blind-a.tsv")
+    _write_corpus(
+        tmp_path,
+        [("c.log", "port_in_use", "new1", PORT), ("d.log", "healthy", "new2", UP)],
+        "blind-b.tsv",
+    )
+    code, out = run(["--root", str(tmp_path), "--json", "--seeds", "4"])
+    rep = json.loads(out)
+    assert code == 0, rep["checks"]
+    assert rep["blind"]["set"] == "blind-b" and rep["blind"]["n"] == 2
+    assert rep["blind"]["accuracy"] == 1.0 and rep["checked_on"] == "blind set blind-b"
+    assert rep["blind"]["frozen_at"] == "unrecorded"  # not in BLIND_SETS
+    assert len(rep["blind"]["resplits"]) == 4
+    assert rep["split0_held_out"]["n"] == 1  # split 0 covers the non-blind indexes only
+    # the dev side (for writing rules) is everything but the newest blind set
+    code, out = run(["--root", str(tmp_path), "--list-dev"])
+    assert "a.log" in out and "b.log" in out and "c.log" not in out and "d.log" not in out
+    # a blind set must not share a source with anything else
+    _write_corpus(tmp_path, [("e.log", "port_in_use", "new1", PORT)], "u.tsv")
+    code, out = run(["--root", str(tmp_path), "--json"])
+    assert any("new1" in p for p in json.loads(out)["problems"])
+
+
 def test_no_corpus_is_exit_2(tmp_path: Path) -> None:
     assert run(["--root", str(tmp_path)])[0] == 2
 
@@ -128,6 +158,7 @@ def test_corpus_evaluation_runs() -> None:
     assert code in (0, 1) and rep["corpus"]["held_out_excerpts"] > 0
     assert rep["split0_held_out"]["n"] == rep["corpus"]["held_out_excerpts"]
     assert len(rep["resplits"]) == 10 and rep["checks"]
+    assert rep["blind"] is not None and rep["blind"]["frozen_at"] != "unrecorded"
 
 
 # Measured on the corpus a+b+c (266 excerpts, 2026-12-03, branch diag2): split 0 held out

@@ -22,6 +22,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \[pod/[\w.\-]+/[\w.\-]+\][ ]                          # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
       | \[rank\d+\]:[ ]?                                      # torch rank prefix
+      | [ ]+\|[ ](?=[ ]*(?:File[ ]"|Traceback[ ]|[\w.]+(?:Error|Exception)\b))  # ExceptionGroup
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
       | \((?:Process|stdout|stderr)\)[ ]                       # launcher stream tags
       | \|[ ](?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ ]\|[ ][\w.\-]+[ ]\|[ ]  # FastChat

@@ -68,6 +68,17 @@ def _fp8_in_kv_cache(st: _State, facts: Mapping[str, str], *, triton_type: bool 
     return not facts.get("quantization", "").lower().startswith("fp8")
 
 
+#: Rules whose line names a dtype, not whose: they count only in the KV cache's context.
+_KV_DTYPE_BY_CONTEXT = frozenset({"float8_kv_dtype_mismatch", "kv_dtype_missing_in_torch"})
+
+
+def _stop_signal(groups: Mapping[str, str]) -> bool:
+    """Do a kill line's groups name SIGTERM / SIGINT / SIGHUP (what a shutdown sends)?"""
+    name = groups.get("signame") or ""
+    num = groups.get("signum") or ""
+    return name in ("SIGTERM", "SIGINT", "SIGHUP") or num in ("15", "2", "1")
+
+
 def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     """Turn the state into a diagnosis (see the module docstring for the order rules)."""
     ctx = _context_values(context)
@@ -90,11 +101,19 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     root = st.first_exc_since_progress or st.first_exc_since_healthy
     if root is not None:  # an exception explains the engine's death: not a silent kill
         active = [(r, h) for r, h in active if r.name != "engine_vanished"]
+    first_exc = min((x.pos for x in (root, st.last_exc) if x is not None), default=-1)
+    if first_exc >= 0:  # a worker ended by SIGTERM / SIGINT after an exception is the
+        # executor's teardown ("died unexpectedly (exit code: -15)"), not the cause
+        active = [
+            (r, h)
+            for r, h in active
+            if not (r.label == "engine_killed" and h.pos > first_exc and _stop_signal(h.groups))
+        ]
     if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
         active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]
     fp8_kv = _fp8_in_kv_cache(st, facts)
-    if not fp8_kv:  # an FP8 dtype failure outside the KV cache: not a KV-dtype problem
-        active = [(r, h) for r, h in active if r.name != "float8_kv_dtype_mismatch"]
+    if not fp8_kv:  # a dtype failure outside the KV cache: not a KV-dtype problem
+        active = [(r, h) for r, h in active if r.name not in _KV_DTYPE_BY_CONTEXT]
 
     def best(label_filter: frozenset[str]) -> tuple[Rule, _Hit] | None:
         cands = [(r, h) for r, h in active if r.label in label_filter]

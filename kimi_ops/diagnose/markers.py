@@ -171,6 +171,7 @@ _EXIT_RE = re.compile(
     # a container runtime / orchestrator: the server's container died (cause not shown)
     r"\bCrashed container\b|\bCrashLoopBackOff\b|Back-off restarting failed container|"
     r"\bExited \([1-9]\d*\)|"
+    r"Parent process exited, terminating worker|"  # the engine / API process is gone
     r"\.(?:cuh?|hh?|hpp|cpp|cc)\(\d+\): error: "  # nvcc: a JIT kernel build failed
 )
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
@@ -189,6 +190,7 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "CrashLoopBackOff",
         "Back-off restarting",
         "Exited (",
+        "Parent process exited",
     }
 )
 #: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.

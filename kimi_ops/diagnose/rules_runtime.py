@@ -76,6 +76,20 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "[[{max_concurrency}||< 1]]x)",
         weak=True,  # printed as information; it counts when the engine then dies
     ),
+    _rule(
+        "kv_memory_zero",
+        "kv_cache_insufficient",
+        68,
+        ("Available memory: 0,", "available_kv_cache_memory=0"),
+        # vllm-ascend's worker: what is left for the KV cache after profiling, in bytes
+        [r"Available memory: 0, total memory", r"available_kv_cache_memory=0(?:\.0)?\b"],
+        "After loading the weights and profiling no device memory is left for the KV cache "
+        "(available memory: 0). Raise gpu_memory_utilization[[ (now {gpu_memory_utilization})]],"
+        " lower max_model_len[[ (now {max_model_len})]] / max_num_seqs, or spread the model over "
+        "more devices (tensor_parallel_size).",
+        "no device memory left for the KV cache (available: 0)",
+        weak=True,  # an INFO line; it counts when the engine then dies
+    ),
     # ----------------------------------------------------------------- port_in_use
     _rule(
         "port_in_use",
@@ -216,6 +230,21 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"NCCL version (?P<nccl_version>[\d.]+)",
         ],
     ),
+    _rule(
+        "nccl_warn_failure",
+        "nccl_error",
+        39,
+        ("NCCL WARN",),
+        # NCCL_DEBUG output: NCCL's own account of what failed ("Cuda failure 'operation not
+        # supported'", "Call to connect returned ..."); it counts when the process then dies
+        [r"NCCL WARN (?P<nccl_detail>.*?(?i:failure|failed|error)\b.*)"],
+        "NCCL (GPU-to-GPU communication) failed while setting up or running a collective"
+        "[[: {nccl_detail}]]. Check the GPUs' peer-to-peer support (`nvidia-smi topo -m`; on "
+        "PCIe-only or virtualised hosts set NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=SYS in the "
+        "profile's env), run `fab clean-shm`, and make sure /dev/shm is large enough.",
+        "NCCL failure[[: {nccl_detail}]]",
+        weak=True,
+    ),
     # --------------------------------------------------------------- engine_killed
     _rule(
         "engine_signal",
@@ -239,6 +268,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Segfault encountered",
             "killed by signal",
             ") received by PID",
+            "Caught signal ",
+            "Signal (",
             "OOMKilled",
             "Exit Code:",
             "Segmentation fault",
@@ -260,6 +291,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # the ROCm (HSA) runtime prints this, then aborts the process
             r"(?P<hsa_fault>Memory access fault by GPU node-\d+)",
             r"(?:^|: )Killed process \d+",  # the kernel's OOM killer (dmesg)
+            # UCX's and tritonserver's signal handlers
+            r"Caught signal (?P<signum>\d+)\b",
+            r"^Signal \((?P<signum>\d+)\) received",
             r"exited with code (?P<exitcode>13[2-79])\b",
             r"Fatal Python error: (?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
             r"instruction|Floating point exception)",
@@ -312,6 +346,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Error executing method",
             "Executor failed",
             "fatal signal from worker",
+            "Error in model execution",
         ),
         [
             r"Engine core initialization failed",
@@ -329,6 +364,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"Error executing method",
             r"Executor failed",
             r"(?i:got fatal signal from worker processes)",
+            r"Error in model execution",  # V0's MQLLMEngine, then it dies
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
@@ -346,6 +382,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "recognised[[ - first error: {root_cause}]]. Read the traceback; the last log lines "
         "show the context.[[ {extra_hint}]]",
         "engine process crashed[[: {root_cause}]]",
+        # a frame only: it counts when the exception (or an exit) follows; a traceback cut
+        # before its exception shows no cause (unknown)
+        weak=True,
     ),
     # --------------------------------------------- unknown (known, but no own label)
     _rule(

@@ -33,9 +33,19 @@ SETUP_RULES: tuple[Rule, ...] = (
         "invalid_option_value",
         "bad_argument",
         98,
-        ("invalid tool call parser", "invalid reasoning parser", " requires --", " requires `--"),
+        (
+            "invalid tool call parser",
+            "invalid reasoning parser",
+            " requires --",
+            " requires `--",
+            "instead of via the",
+        ),
         [
             r"invalid (?P<option>tool call|reasoning) parser:? '?(?P<bad_value>[\w\-.]+)",
+            # vLLM's parser refusing a way of giving an option ("With `vllm serve`, you should
+            # provide the model as a positional argument ... instead of via the `--model`
+            # option")
+            r"^[\w.]*(?:Error|Exception)\b.*instead of via the `?(?P<bad_args>--[\w-]+)`? option",
             r"^[\w.]*(?:Error|Exception)\b.*?(?P<bad_args>--[\w-]+)`? requires `?--[\w-]+",
         ],
         "vLLM rejected an option value[[ ({option} parser '{bad_value}')]][[ ({bad_args})]]: "
@@ -167,10 +177,32 @@ SETUP_RULES: tuple[Rule, ...] = (
         "kv_cache_dtype_rejected",
         "kv_cache_dtype_unsupported",
         93,
-        ("Unsupported data type of kv cache", "nsupported kv cache", "nsupported KV cache"),
+        (
+            "Unsupported data type of kv cache",
+            "nsupported kv cache",
+            "nsupported KV cache",
+            "kv-cache is not supported",
+            "kv_cache is not supported",
+            "kv cache is not supported",
+            "kv_data_type",
+            "cache dtype",
+            "fp8_ds_mla",
+        ),
         [
             r"Unsupported data type of kv cache:? '?(?P<kv_cache_dtype>\w+)",
             r"(?i:unsupported kv[ _-]?cache (?:data ?type|dtype)[: ]+'?(?P<kv_cache_dtype>\w+))",
+            # "fp8_e5m2 kv-cache is not supported with fp8 checkpoints"
+            r"^[\w.]*(?:Error|Exception)\b.*\b(?P<kv_cache_dtype>fp8\w*|nvfp4|fp4\w*|int8|int4) "
+            r"kv[-_ ]cache is not supported",
+            # FlashInfer's MLA plan(): an FP8 cache is handed over as uint8
+            r"^[\w.]*(?:Error|Exception)\b.*\bkv_data_type (?:torch\.)?(?P<kv_dtype_torch>\w+) is "
+            r"not supported",
+            # a cache-dtype family refusing the dtype it was given ("Unknown TurboQuant cache
+            # dtype: 'auto'")
+            r"(?i:unknown|unsupported|invalid) (?:\w+ )?cache dtype:? "
+            r"'?(?P<kv_cache_dtype>[\w\-]+)",
+            # DeepSeek sparse MLA's FP8 cache layout refusing the model's shape
+            r"(?i:must|not supported|invalid|error|failed).*\b(?P<kv_cache_dtype>fp8_ds_mla)\b",
         ],
         "This vLLM rejects --kv-cache-dtype[[ {kv_cache_dtype}]]: drop the explicit "
         "--kv-cache-dtype from extra_args and run `fab patch-kv-config` to remove the "
@@ -202,6 +234,21 @@ SETUP_RULES: tuple[Rule, ...] = (
         "cache ({fp8_type})[[, which kv_cache_dtype={kv_cache_dtype} asks for]]: it expects a "
         "16-bit cache. " + _KV_FIX,
         "FP8 KV cache ({fp8_type}) not supported by [[{backend}||the attention kernel]]",
+    ),
+    _rule(
+        "kv_dtype_missing_in_torch",
+        "kv_cache_dtype_unsupported",
+        86,
+        ("has no attribute",),
+        # the attention library looks the KV dtype up in torch, and this torch lacks it
+        # (FlashInfer's plan(): getattr(torch, "nvfp4")); counts only when the failure is in
+        # attention code or the KV cache was asked for it (see _fp8_in_kv_cache)
+        [r"module 'torch' has no attribute '(?P<kv_cache_dtype>nvfp4|fp4\w*|float4\w*|fp8\w*)'"],
+        "The attention kernel[[ ({backend})]][[ of vLLM {vllm_version}]] cannot use the KV-cache "
+        "dtype {kv_cache_dtype}: this PyTorch / attention library does not know it. Serve with "
+        "--kv-cache-dtype auto (or fp8) in the profile's extra_args[[ (now: {extra_args})]], or "
+        "install the versions that support it.",
+        "KV-cache dtype {kv_cache_dtype} not supported by [[{backend}||the attention kernel]]",
     ),
     _rule(
         "fp8_kv_kernel_build_failed",
@@ -350,7 +397,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             "_check_scheme_supported",
         ),
         [
-            r"(?i:quantization method|quantization scheme) ?(?P<quantization>\w*) is not "
+            r"(?i:quantization method|quantization scheme) ?(?P<quantization>[\w\-]*) is not "
             r"supported for\W*the current GPU",
             r"(?P<quantization>[\w\-]+(?: [\w\-]+)?) (?i:quantization) is not supported on GPUs "
             r"with",
@@ -396,6 +443,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             "only supports devices of CUDA",
             "only supported on Hopper",
             "only supported on Blackwell",
+            "tpu_version",
+            "Required aspect",
         ),
         [
             r"GPUs? with compute capability (?:below|less than|<) ?[\d.]+ (?:are|is) not supported",
@@ -405,6 +454,9 @@ SETUP_RULES: tuple[Rule, ...] = (
             # an attention backend's own reason, e.g. "FlashMLA Sparse is only supported on
             # Hopper and Blackwell DC devices"
             r"is only supported on (?:Hopper|Blackwell)\b",
+            # a kernel without support for this accelerator generation / feature
+            r"(?i:unsupported (?:tpu|gpu|xpu|npu|device)[ _]?(?:version|generation|arch\w*))",
+            r"Required aspect \w+ is not supported on the devic",  # SYCL (Intel XPU)
             r"No compiled \w+ for a compute capability",
             r"current device does not support this kernel",
             r"FlashAttention only supports Ampere GPUs or newer",
@@ -467,6 +519,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             "not supported for CPU",
             "MoE backend",
             "does not support current device",
+            "object has no attribute '",
         ),
         [
             r"Failed to find a kernel that can implement the (?P<quantization>[\w\-]+) "
@@ -480,6 +533,10 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"(?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8|awq|gptq|marlin)\w*)"
             r" MoE backend\b.*(?:does not support|not supported)",
             r"kernel does not support current device",
+            # the build has no kernel for the quantized GEMM / repack / dequant op on this
+            # device ("'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'")
+            r"'_C' object has no attribute '(?P<quant_op>\w*(?i:gemm|marlin|awq|gptq|fp8|fp4|"
+            r"quant|scaled_mm|w8a8|wna16|ggml|gguf|int8|int4|cutlass|machete|exllama)\w*)",
             r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
             r"the '(?P<platform>\w+)' backend",
             r"is not supported for quantization method (?P<quantization>[\w\-]+)",

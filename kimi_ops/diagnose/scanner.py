@@ -169,6 +169,14 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Segfault",
     "Segmentation fault",  # the shell's word for SIGSEGV (a line of its own)
     "Memory access fault",  # the ROCm runtime's, before it aborts the process
+    "Caught signal",  # UCX's handler
+    "Signal (",  # tritonserver's handler
+    "CCL WARN",  # NCCL_DEBUG's account of a failure
+    "Parent process exited",
+    # a container runtime / orchestrator reporting the server's container dead
+    "Crashed container",
+    "CrashLoopBackOff",
+    "Exited (",
     "ModeIsEnabled",  # OfflineModeIsEnabled
 )
 #: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
@@ -186,6 +194,7 @@ _FIND_WORDS: tuple[str, ...] = (
     "core dumped",
     "^C",
     "Available routes",
+    "Available memory: 0,",  # vllm-ascend: nothing left for the KV cache (an INFO line)
 )
 #: Keywords found only by the head scan (``_FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
@@ -506,7 +515,10 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         if st.healthy_pos >= 0 and st.shutdown_pos < 0:
             st.shutdown_pos = pos
     elif kind == _EV_FRAME:
+        # a traceback is printed because an exception propagated: even cut before its
+        # exception line, the process failed (the cause is what the excerpt lacks)
         st.last_frame = _Line(pos, ev[2])
+        st.last_crash_pos = pos
         if "/vllm/" in ev[2]:
             st.last_vllm_frame_pos = pos
         if _ATTN_FRAME_RE.search(ev[2]):
