@@ -387,8 +387,13 @@ def test_priority_between_specific_causes() -> None:
 
 def test_unknown_traceback_points_at_the_last_exception() -> None:
     # a traceback through vLLM's own code is vLLM dying of an unrecognised exception
-    d = fx("engine_dead_other__vllm_traceback__illegal_memory_no_wrapper.log")
+    d = fx("engine_dead_other__vllm_traceback__keyerror_loading_weights.log")
     assert d.label == "engine_dead_other" and d.failed
+    assert d.evidence[0] == "KeyError: 'model.layers.0.mlp.experts.w13_weight_scale'"
+    assert "w13_weight_scale" in d.summary
+    # a CUDA runtime error has its own rule: the summary names it
+    d = fx("engine_dead_other__cuda_runtime_error__illegal_memory_no_wrapper.log")
+    assert d.label == "engine_dead_other" and d.facts["signature"] == "cuda_runtime_error"
     assert d.evidence[0] == "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert "illegal memory access" in d.summary
     text = (

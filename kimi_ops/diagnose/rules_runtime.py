@@ -80,9 +80,14 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "kv_memory_zero",
         "kv_cache_insufficient",
         68,
-        ("Available memory: 0,", "available_kv_cache_memory=0"),
-        # vllm-ascend's worker: what is left for the KV cache after profiling, in bytes
-        [r"Available memory: 0, total memory", r"available_kv_cache_memory=0(?:\.0)?\b"],
+        ("Available memory: 0,", "available_kv_cache_memory=0", "# GPU blocks: 0", "blocks: 0,"),
+        # vllm-ascend's worker: what is left for the KV cache after profiling, in bytes; V0's
+        # block count after profiling
+        [
+            r"Available memory: 0, total memory",
+            r"available_kv_cache_memory=0(?:\.0)?\b",
+            r"# (?:GPU|NPU|XPU|cuda|npu) blocks: 0\b",
+        ],
         "After loading the weights and profiling no device memory is left for the KV cache "
         "(available memory: 0). Raise gpu_memory_utilization[[ (now {gpu_memory_utilization})]],"
         " lower max_model_len[[ (now {max_model_len})]] / max_num_seqs, or spread the model over "
@@ -205,6 +210,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "NCCL communicator was aborted",
             "NCCL timeout",
             "DistBackendError",
+            "HCCL function error",
+            "hccl api failed",
         ),
         [
             r"(?i:NCCL error)",
@@ -215,6 +222,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"NCCL timeout",
             # torch.distributed's backend (NCCL / Gloo) error type, also as a C++ abort
             r"\b(?:c10::|torch\.distributed\.)?DistBackendError\b",
+            # Ascend's collective library (HCCL), NCCL's counterpart
+            r"HCCL function error|DIST call hccl api failed",
         ],
         "NCCL (GPU-to-GPU communication) failed[[: {nccl_detail}]]. Run `fab clean-shm` "
         "(leaked /dev/shm segments from crashed runs break NCCL) and make sure /dev/shm is "
@@ -326,6 +335,21 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         exclude=[r"exit ?code:? ?[1-9]"],
     ),
     # ---------------------------------------------------------- engine_dead_other
+    _rule(
+        "cuda_runtime_error",
+        "engine_dead_other",
+        6,
+        ("CUDA error: ", "HIP error: "),
+        # a GPU kernel fault while running (out of memory is cuda_oom's; "no kernel image" and
+        # "invalid device function" are unsupported_gpu's, which rank higher)
+        [r"\b(?:CUDA|HIP) error: (?P<cuda_error>(?!out of memory)[a-z][^'\\\n]*?)\.?(?:'|\\n|$)"],
+        "A GPU kernel failed while the engine ran (CUDA error: {cuda_error}): a kernel, driver or "
+        "vLLM bug rather than a setting. Retry with --enforce-eager in extra_args (rules out "
+        "CUDA graphs and torch.compile), run once with CUDA_LAUNCH_BLOCKING=1 in the profile's "
+        "env to find the kernel, check the driver and vLLM versions, and search vLLM's issues "
+        "for the error with this model[[ (vLLM {vllm_version})]].",
+        "engine died: CUDA error: {cuda_error}",
+    ),
     _rule(
         "engine_wrapper",
         "engine_dead_other",

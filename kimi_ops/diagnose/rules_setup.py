@@ -63,6 +63,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"(?P<what>[\w ]+?) \(?(?P<count>\d+)?\)? (?:must|should) be divisible by "
             r"(?P<option>tensor|pipeline)[ _]parallel[ _]size(?: \((?P<size>\d+)\))?",
             r"is not divisible by (?P<option>tensor|pipeline)[ _]parallel[ _]size",
+            # vLLM's divide() (vllm/distributed/utils.py): only parallel sizes go through it
+            r"^AssertionError: (?P<count>\d+) is not divisible by (?P<size>\d+)$",
         ],
         "The model cannot be split over {option}_parallel_size[[ {size}]][[: {what} ({count}) "
         "must be divisible by it]]. Pick a {option}_parallel_size that divides it (e.g. 1, 2, "
@@ -113,10 +115,13 @@ SETUP_RULES: tuple[Rule, ...] = (
         "max_model_len_too_large",
         "bad_argument",
         50,
-        ("User-specified max_model_len",),
+        ("User-specified max_model_len", "support max_model_len"),
         [
             r"User-specified max_model_len \((?P<max_model_len>\d+)\) is greater than the "
-            r"derived max_model_len(?: \((?P<derived>[^)]*)\))?"
+            r"derived max_model_len(?: \((?P<derived>[^)]*)\))?",
+            # a platform's own limit ("... do not support max_model_len greater than 32768 on
+            # N150 (received 65536)")
+            r"(?i:not support max_model_len (?:greater|larger|longer) than) (?P<derived>\d+)",
         ],
         "--max-model-len[[ {max_model_len}]] is larger than the model supports[[ ({derived})]]:"
         " lower max_model_len in the profile (only set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the "
@@ -187,6 +192,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             "kv_data_type",
             "cache dtype",
             "fp8_ds_mla",
+            "query and key must have the same dtype",
         ),
         [
             r"Unsupported data type of kv cache:? '?(?P<kv_cache_dtype>\w+)",
@@ -203,6 +209,9 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"'?(?P<kv_cache_dtype>[\w\-]+)",
             # DeepSeek sparse MLA's FP8 cache layout refusing the model's shape
             r"(?i:must|not supported|invalid|error|failed).*\b(?P<kv_cache_dtype>fp8_ds_mla)\b",
+            # FlashAttention's own check: the queries are 16-bit, so the keys (the KV cache)
+            # came in another dtype
+            r"query and key must have the same dtype",
         ],
         "This vLLM rejects --kv-cache-dtype[[ {kv_cache_dtype}]]: drop the explicit "
         "--kv-cache-dtype from extra_args and run `fab patch-kv-config` to remove the "
@@ -331,6 +340,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"'?(?P<model>[^'\s]+?)'? is not a local folder and is not a valid model identifier",
             r"40[13] Client Error.*huggingface",
             r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
+            r"40[134] Client Error.*modelscope\.cn/api/v1/models/",
             r"GatedRepoError|Cannot access gated repo|Access to model \S+ is restricted",
             r"Can't load the configuration of '(?P<model>[^']+)'",
             r"Incorrect path_or_model_id:? '(?P<model>[^']+)'",
@@ -445,6 +455,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             "only supported on Blackwell",
             "tpu_version",
             "Required aspect",
+            "is_fa_version_supported",
         ),
         [
             r"GPUs? with compute capability (?:below|less than|<) ?[\d.]+ (?:are|is) not supported",
@@ -457,6 +468,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             # a kernel without support for this accelerator generation / feature
             r"(?i:unsupported (?:tpu|gpu|xpu|npu|device)[ _]?(?:version|generation|arch\w*))",
             r"Required aspect \w+ is not supported on the devic",  # SYCL (Intel XPU)
+            # V1's FlashAttention backend: no FlashAttention build for this GPU (pre-Ampere)
+            r"\bassert is_fa_version_supported\(",
             r"No compiled \w+ for a compute capability",
             r"current device does not support this kernel",
             r"FlashAttention only supports Ampere GPUs or newer",
@@ -532,6 +545,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             # does not support current device")
             r"(?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8|awq|gptq|marlin)\w*)"
             r" MoE backend\b.*(?:does not support|not supported)",
+            r"No (?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8)\w*) MoE backend "
+            r"supports",
             r"kernel does not support current device",
             # the build has no kernel for the quantized GEMM / repack / dequant op on this
             # device ("'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'")
