@@ -451,3 +451,67 @@ def test_an_exception_group_traceback_is_read_through_its_pipes() -> None:
     )
     assert diagnose(log).label == "cuda_oom"
     assert diagnose(log.rsplit("model_server-1", 1)[0]).label == "unknown"  # cut: no cause
+
+
+# ------------------------------------------------------ general facts after blind set F
+
+
+def test_a_traceback_s_source_line_is_not_a_log_message() -> None:
+    """A frame's quoted ``logger.info("Starting to load model ...")`` is code, not progress."""
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/vllm/worker/model_runner.py", line 682, in load_model\n'
+        '    logger.info("Starting to load model %s...", self.model_config.model)\n'
+    )
+    assert diagnose(tb).label == "unknown"  # cut before its exception: a failure, not starting
+    ipython = (
+        "File ~/venv/vllm/worker/model_runner.py:682, in GPUModelRunnerBase.load_model(self)\n"
+        '    680 logger.info("Starting to load model %s...", self.model_config.model)\n'
+    )
+    assert diagnose(ipython).label == "unknown"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "No heartbeat received from MQLLMEngine",
+        "ERROR 08-15 03:15:55 async_llm_engine.py:56] Engine background task failed",
+        "CRITICAL 12-19 01:10:59 launcher.py:72] AsyncLLMEngine has failed, terminating server",
+    ],
+)
+def test_v0_engine_death_lines_are_engine_dead_other(line: str) -> None:
+    up = 'INFO:     127.0.0.1:4 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    assert diagnose(up + line + "\n").label == "engine_dead_other"
+
+
+def test_a_running_engine_s_own_lines_show_it_serving() -> None:
+    preempt = (
+        "WARNING 01-01 00:00:00 scheduler.py:1 Sequence group 221 is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.\n"
+    )
+    assert diagnose(preempt).label == "healthy"
+    offline = "Processed prompts:  50%|#####     | 1/2 [00:03<00:03,  3.38s/it]\n"
+    assert diagnose(offline).label == "healthy"
+
+
+def test_loguru_and_minute_timestamps_do_not_hide_a_traceback() -> None:
+    loguru = (
+        "2026-03-10 15:19:07.104 | Traceback (most recent call last):\n"
+        '2026-03-10 15:19:07.104 |   File "/x/vllm/v1/engine/async_llm.py", line 120, in '
+        "__init__\n"
+    )
+    assert diagnose(loguru).label == "unknown"
+    minute = (
+        "(APIServer pid=2) ERROR 11-03 23:14 [serving_chat.py:1145]   File "
+        '"/x/vllm/v1/engine/async_llm.py", line 387, in generate\n'
+    )
+    assert diagnose(minute).label == "unknown"
+
+
+def test_a_broken_extension_build_is_an_environment_problem() -> None:
+    d = diagnose(
+        "ImportError: /venv/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined "
+        "symbol: _ZN3c104cuda9SetDeviceEi\n"
+    )
+    assert d.label == "unknown" and d.facts["signature"] == "broken_install"
+    assert "_ZN3c104cuda9SetDeviceEi" in d.summary

@@ -22,14 +22,14 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \[pod/[\w.\-]+/[\w.\-]+\][ ]                          # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
       | \[rank\d+\]:[ ]?                                      # torch rank prefix
-      | [ ]+\|[ ](?=[ ]*(?:File[ ]"|Traceback[ ]|[\w.]+(?:Error|Exception)\b))  # ExceptionGroup
+      | [ ]*\|[ ](?=[ ]*(?:File[ ]"|Traceback[ ]|[\w.]+(?:Error|Exception)\b))  # loguru, ExcGroup
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
       | \((?:Process|stdout|stderr)\)[ ]                       # launcher stream tags
       | \|[ ](?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ ]\|[ ][\w.\-]+[ ]\|[ ]  # FastChat
       | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)            # level ...
         (?::[ ]+
           |[ ]+(?=\d\d-\d\d[ ]|\d{4}-\d\d|\[[\w.\-/]+\.py:\d+\]|[\w.\-/]+\.py:\d+\]))
-        (?:\d{2,4}-\d\d(?:-\d\d)?[ ]\d\d:\d\d:\d\d(?:[.,]\d+)?[ ]+)?   # ... timestamp
+        (?:\d{2,4}-\d\d(?:-\d\d)?[ ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?[ ]+)?  # ... timestamp
         (?:\[?[\w.\-/]+\.py:\d+\][ ]?)?                               # ... [file.py:12]
     )+""",
     re.X,

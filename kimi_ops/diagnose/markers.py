@@ -83,7 +83,14 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
 )
 _RUN_START = "vLLM API server version"
 #: Frequent "serving" markers (metrics, access log): found per chunk with rfind, not per line.
-_FREQ_HEALTHY: tuple[str, ...] = ("Avg prompt throughput", 'HTTP/1.1" 200')
+#: The scheduler preempting a request and the offline LLM's progress bar are only printed by an
+#: engine that is running requests.
+_FREQ_HEALTHY: tuple[str, ...] = (
+    "Avg prompt throughput",
+    'HTTP/1.1" 200',
+    "is preempted by PreemptionMode",
+    "Processed prompts:",
+)
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
 _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
@@ -263,7 +270,11 @@ def _build_dispatch() -> dict[str, tuple[tuple[int, int], ...]]:
 
 
 _DISPATCH = _build_dispatch()
-_FRAME_RE = re.compile(r'\s*File "[^"]*", line \d+')
+#: A traceback's source line quoting a log call (``    logger.info("Starting to load model
+#: %s...", ...)``, IPython's ``--> 682 ...``): the message in it was not logged.
+_SOURCE_LINE_RE = re.compile(r"""^\s+(?:-*>\s*)?(?:\d+\s+)?[\w.]*\w\(\s*f?["']""")
+#: A traceback frame: Python's, or IPython's (``File ~/x/vllm/worker.py:682, in load_model``).
+_FRAME_RE = re.compile(r'\s*File (?:"[^"]*", line \d+|[~/][^,]*\.py:\d+, in )')
 #: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:
 #: where an FP8 dtype failure happened tells whose FP8 it is (the KV cache's or the weights').
 _ATTN_FRAME_RE = re.compile(

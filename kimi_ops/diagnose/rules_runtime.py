@@ -243,10 +243,14 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "nccl_warn_failure",
         "nccl_error",
         39,
-        ("NCCL WARN",),
+        ("NCCL WARN", "Failed to load NCCL library"),
         # NCCL_DEBUG output: NCCL's own account of what failed ("Cuda failure 'operation not
-        # supported'", "Call to connect returned ..."); it counts when the process then dies
-        [r"NCCL WARN (?P<nccl_detail>.*?(?i:failure|failed|error)\b.*)"],
+        # supported'", "Call to connect returned ..."), or vLLM not finding the NCCL library
+        # it was pointed at; it counts when the process then dies
+        [
+            r"NCCL WARN (?P<nccl_detail>.*?(?i:failure|failed|error)\b.*)",
+            r"(?P<nccl_detail>Failed to load NCCL library from \S+?)\.?(?:\s|$)",
+        ],
         "NCCL (GPU-to-GPU communication) failed while setting up or running a collective"
         "[[: {nccl_detail}]]. Check the GPUs' peer-to-peer support (`nvidia-smi topo -m`; on "
         "PCIe-only or virtualised hosts set NCCL_P2P_DISABLE=1 or NCCL_P2P_LEVEL=SYS in the "
@@ -371,6 +375,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Executor failed",
             "fatal signal from worker",
             "Error in model execution",
+            "No heartbeat received",
+            "background task failed",
+            "AsyncLLMEngine has failed",
         ),
         [
             r"Engine core initialization failed",
@@ -389,6 +396,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"Executor failed",
             r"(?i:got fatal signal from worker processes)",
             r"Error in model execution",  # V0's MQLLMEngine, then it dies
+            r"No heartbeat received from MQLLMEngine",  # V0's API server: the engine is gone
+            r"Engine background task failed",  # V0's AsyncLLMEngine loop
+            r"AsyncLLMEngine has failed",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
@@ -452,6 +462,20 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "(CUDA_VISIBLE_DEVICES, docker --gpus). Check `nvidia-smi` on the host and pick a "
         "vLLM build whose CUDA version the driver supports.",
         "GPU/driver not usable",
+    ),
+    _rule(
+        "broken_install",
+        "unknown",
+        3,
+        ("undefined symbol",),
+        # a compiled extension built against another torch / CUDA than the one installed
+        [r"^(?:ImportError|OSError)\b.*undefined symbol: (?P<symbol>\S+)"],
+        "A compiled library (vLLM's kernels, flash-attn, or another extension) does not match "
+        "the installed PyTorch / CUDA (undefined symbol[[ {symbol}]]): the environment is "
+        "broken, not the model or its settings. Reinstall vLLM and its extensions from one "
+        "matching release (a fresh venv or the vLLM docker image), or uninstall the extension "
+        "that was built for another torch.",
+        "broken install: undefined symbol[[ {symbol}]]",
     ),
     _rule(
         "unsupported_model",

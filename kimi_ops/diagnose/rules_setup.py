@@ -166,7 +166,7 @@ SETUP_RULES: tuple[Rule, ...] = (
         ("_dtype not supported",),
         [
             r"(?:No valid attention backend|not valid for this configuration).*"
-            r"\[\s*'?kv_cache_dtype not supported'?\s*\]",
+            r"\[[^\]]*'?kv_cache_dtype not supported'?\s*[,\]]",
             # the selector's reasons list re-indented one reason per line
             r"^\s*(?:\w+: \[\s*)?'?kv_cache_dtype not supported'?\s*,?\s*\]?,?$",
         ],

@@ -29,6 +29,7 @@ from kimi_ops.diagnose.markers import (
     _SHUTDOWN_KEYWORDS,
     _SIG_FACT,
     _SIG_STAGE,
+    _SOURCE_LINE_RE,
     _STAGE_MARKERS,
     _STOP_REQUEST_RE,
     _TRACEBACK,
@@ -375,7 +376,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         for kind, idx in _DISPATCH.get(k, ()):
             (stages if kind == _SIG_STAGE else facts if kind == _SIG_FACT else rules).add(idx)
     best_stage = -1
-    if not joined:
+    if not joined and not (stages and _SOURCE_LINE_RE.match(text)):
         for idx in stages:
             mk = _STAGE_MARKERS[idx]
             if mk.stage > best_stage and (mk.pattern is None or mk.pattern.search(text)):
