@@ -55,9 +55,15 @@ HELD_OUT_BUCKETS = 3  # of 10: about 30 % of the groups
 MIN_OVERALL = 0.95
 MIN_PER_LABEL = 0.85
 MIN_LABEL_EXCERPTS = 8
-#: Blind sets, oldest first: index name (without .tsv) -> the commit whose rules were frozen
-#: before the set was read. The last one present is the one the checks run on.
-BLIND_SETS: dict[str, str] = {"blind-d": "d17a8fc", "blind-e": "8a4e54e", "blind-f": "fbc746e"}
+#: Blind sets, oldest first: index name (without .tsv) -> (the commit whose rules were frozen
+#: before the set was read, the commit whose rules first learned from its misses, or None while
+#: it is still blind). The last one present is the one the checks run on; a SPENT set scores
+#: the rules that learned from it, so a check then fails until a new blind set is added.
+BLIND_SETS: dict[str, tuple[str, str | None]] = {
+    "blind-d": ("d17a8fc", "8a4e54e"),
+    "blind-e": ("8a4e54e", "fbc746e"),
+    "blind-f": ("fbc746e", "7a3b070"),
+}
 
 
 @dataclass(frozen=True)
@@ -271,12 +277,22 @@ def evaluate(excerpts: list[Excerpt], seeds: int) -> dict[str, Any]:
         side = [ex for ex in excerpts if ex.blind_set == blind_name]
         blind = _with_misses(side, got)
         blind["set"] = blind_name
-        blind["frozen_at"] = BLIND_SETS.get(blind_name, "unrecorded")
+        blind["frozen_at"], blind["spent_at"] = BLIND_SETS.get(blind_name, ("unrecorded", None))
         blind["groups"] = len({ex.group for ex in side})
         blind["resplits"] = _resplits(side, got, seeds)
         blind["resplit_spread"] = _spread(blind["resplits"])
         rep["blind"] = blind
         rep["checks"] = checks(blind)
+        rep["checks"].insert(
+            0,
+            {
+                "check": "scored on a blind set the rules have not learned from",
+                "ok": blind["spent_at"] is None,
+                "value": f"{blind_name} spent at {blind['spent_at']}"
+                if blind["spent_at"]
+                else f"{blind_name} still blind",
+            },
+        )
         rep["checked_on"] = f"blind set {blind_name}"
     else:
         rep["checks"] = checks(split0)
@@ -327,7 +343,14 @@ def print_report(rep: dict[str, Any]) -> None:
     if b is not None:
         _print_side(
             f"BLIND set {b['set']} ({b['n']} excerpts from {b['groups']} sources, collected "
-            f"after the rules were frozen at {b['frozen_at']})",
+            f"after the rules were frozen at {b['frozen_at']})"
+            + (
+                f"; SPENT: the rules learned from its misses at {b['spent_at']}, so this score "
+                f"is optimistic (its blind score is in bench/results/eval-{b['set']}-at-"
+                f"{b['frozen_at']}.txt)"
+                if b["spent_at"]
+                else ""
+            ),
             b,
         )
         _print_spread(
