@@ -515,3 +515,11 @@ def test_a_broken_extension_build_is_an_environment_problem() -> None:
     )
     assert d.label == "unknown" and d.facts["signature"] == "broken_install"
     assert "_ZN3c104cuda9SetDeviceEi" in d.summary
+
+
+def test_a_stop_request_belongs_to_its_own_server_run() -> None:
+    """The previous run's Ctrl-C does not explain the next run's HTTP shutdown."""
+    first = "^C\n" + UVICORN_STOP
+    assert diagnose(first).label == "healthy"
+    again = "INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.10.0\n"
+    assert diagnose(first + again + UVICORN_STOP).label == "unknown"

@@ -562,11 +562,13 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"(?P<platform2>CPU|cpu)",
         ],
         "No kernel for the checkpoint's quantization[[ ({quantization})]] on this "
-        "[[{platform}||device]][[ (vLLM {vllm_version})]]: serve a checkpoint in a format this "
+        "[[{platform}||device]][[ (vLLM {vllm_version})]][[ (this build has no {quant_op} op)]]: "
+        "serve a checkpoint in a format this "
         "device runs (on CPU: bf16, or a quantization the CPU build lists, e.g. AWQ/GPTQ "
         "int4 or W8A8 int8; NVFP4 needs a Blackwell GPU), or use hardware and a vLLM build "
         "with a kernel for it.",
-        "quantization[[ {quantization}]] not supported on [[{platform}||this device]]",
+        "quantization[[ {quantization}]] not supported on [[{platform}||this device]]"
+        "[[ (no {quant_op} kernel)]]",
         exclude=[r"(?i:compute capability|capability[:<>])"],  # quantization_needs_newer_gpu
     ),
     _rule(

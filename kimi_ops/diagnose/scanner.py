@@ -447,6 +447,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         if run_start:  # a new server run: the previous run's "up" / shutdown are history
             st.stage, st.progress = stage, None
             st.healthy_pos, st.healthy_text, st.shutdown_pos = -1, None, -1
+            st.stop_request_pos = -1
         elif stage > st.stage:
             st.stage, st.progress = stage, progress
         elif stage == st.stage and progress:
