@@ -834,10 +834,10 @@ def test_many_interesting_lines_stay_fast() -> None:
 
 
 def test_every_stage_and_fact_keyword_is_reachable_by_the_line_filter() -> None:
-    words = SCANNER._TRIGGER_WORDS + SCANNER._FIND_WORDS
+    words = MARKERS._TRIGGER_WORDS + MARKERS._FIND_WORDS
     keys = {k for mk in MARKERS._STAGE_MARKERS for k in mk.keywords}
     keys |= {k for ks, _ in MARKERS._FACT_PATTERNS for k in ks}
-    keys -= SCANNER._KEYWORDS_ON_ERROR_LINES | SCANNER._HEAD_ONLY_KEYWORDS
+    keys -= MARKERS._KEYWORDS_ON_ERROR_LINES | MARKERS._HEAD_ONLY_KEYWORDS
     unreachable = sorted(k for k in keys if not any(w in k for w in words))
     assert not unreachable
 
@@ -865,7 +865,7 @@ def test_huge_single_feed_is_sliced_but_equivalent() -> None:
 
 
 def test_trigger_words_stay_selective_after_translation() -> None:
-    for word in SCANNER._TRIGGER_WORDS:
+    for word in MARKERS._TRIGGER_WORDS:
         literal = [ch for ch in word if ch not in SCANNER._ANCHORS]
         assert len(literal) >= 3, f"{word!r} would match any run of anchor characters"
 
@@ -1103,7 +1103,7 @@ def test_kubectl_prefix_is_stripped() -> None:
 
 def test_every_line_of_a_small_excerpt_is_read() -> None:
     line = "Repository Not Found for url: https://huggingface.co/api/models/org/missing.\n"
-    assert not any(w in line for w in SCANNER._FIND_WORDS)  # no trigger word: only the head scan
+    assert not any(w in line for w in MARKERS._FIND_WORDS)  # no trigger word: only the head scan
     assert diagnose(line).label == "model_not_found"
     # past the head, a big log is read through its trigger lines only (speed)
     filler = "INFO 01-01 00:00:00 [a.py:1] step\n" * (SCANNER._FULL_SCAN // 30)
