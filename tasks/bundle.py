@@ -23,6 +23,7 @@ MODULES = (
     "clean",
     "hints",
     "rules_setup",
+    "rules_device",
     "rules_runtime",
     "rules",
     "markers",

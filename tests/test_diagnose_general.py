@@ -412,9 +412,51 @@ def test_a_worker_sigterm_after_an_exception_is_teardown_not_the_cause() -> None
             "terminating worker",
             "unknown",
         ),
+        (
+            "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Error allocating device buffer: "
+            "Attempting to allocate 1.01G. That was not possible. There are 999.27M free.",
+            "cuda_oom",
+        ),
+        (
+            "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: XLA:TPU "
+            "compile permanent error. Ran out of memory in memory space hbm.",
+            "cuda_oom",
+        ),
+        (
+            "ValueError: total_hbm_used_gb=731.21GiB exceeds total_hbm_limit_cap_gb=718.55GiB "
+            "by 12.66GiB.",
+            "kv_cache_insufficient",
+        ),
+        (
+            "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (939).",
+            "kv_cache_insufficient",
+        ),
+        (
+            "ValueError: The output_size of gate's and up's weight = 192 is not divisible by "
+            "weight quantization block_n = 128.",
+            "bad_argument",
+        ),
+        (
+            "ValueError: The number of required GPUs exceeds the total number of available "
+            "GPUs in the placement group.",
+            "bad_argument",
+        ),
+        (
+            "TypeError:\xa0EngineArgs.__init__() got an unexpected keyword argument\xa0'x'",
+            "bad_argument",
+        ),
+        (
+            "[rank1]:[E528 08:52:46.164 ProcessGroupGloo.cpp:145] Gloo connectFullMesh failed "
+            "with [gloo/transport/tcp/pair.cc:144] no error",
+            "nccl_error",
+        ),
+        (
+            "NotImplementedError: TurboQuant KV cache is not supported for hybrid",
+            "kv_cache_dtype_unsupported",
+        ),
     ],
 )
-def test_one_line_facts_after_blind_set_d(line: str, label: str) -> None:
+def test_one_line_facts_from_the_blind_sets(line: str, label: str) -> None:
     start = "INFO 01-01 00:00:00 [loader.py:1] Loading safetensors checkpoint shards: 10% 1/10\n"
     d = diagnose(start + line + "\n")
     assert d.label == label, d.summary
@@ -523,3 +565,24 @@ def test_a_stop_request_belongs_to_its_own_server_run() -> None:
     assert diagnose(first).label == "healthy"
     again = "INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.10.0\n"
     assert diagnose(first + again + UVICORN_STOP).label == "unknown"
+
+
+# ------------------------------------------------------ general facts after blind set G
+
+
+def test_a_known_cause_without_a_label_outranks_the_engine_death_it_led_to() -> None:
+    log = (
+        "(EngineCore_DP0 pid=7) RuntimeError: Unable to initialize backend 'tpu': UNKNOWN: TPU "
+        "initialization failed: open(/dev/vfio/2): Device or resource busy\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+        "proc(s): {}\n"
+    )
+    d = diagnose(log)
+    assert d.label == "unknown" and d.facts["signature"] == "device_busy", d.summary
+    assert "held by another process" in d.summary
+
+
+def test_a_process_prefix_in_markdown_bold_is_decoration() -> None:
+    line = "  **(VllmWorker TP0 pid=1)** ERROR 08-05 07:31:10 [multiproc_executor.py:559] boom"
+    assert clean_line(line) == "boom"
+    assert clean_line("  ERROR 08-05 07:31:10 [multiproc_executor.py:559] boom") == "boom"

@@ -38,10 +38,11 @@ Design
 
 Modules, in dependency order (each imports only from those before it): ``model`` (labels,
 stages, :class:`Rule`, :class:`Diagnosis`), ``clean`` (line decorations), ``hints`` (hint
-texts that are no single rule's), ``rules_setup`` and ``rules_runtime`` (the rule table, one
-record per failure signature), ``rules`` (the joined :data:`RULES`), ``markers`` (stage and
-fact patterns), ``scanner`` (the fast line filter and the streaming state), ``decide`` (state
--> Diagnosis), ``diagnoser`` (:class:`LogDiagnoser`, :func:`diagnose`). A host runs them as
+texts that are no single rule's), ``rules_setup``, ``rules_device`` and ``rules_runtime``
+(the rule table, one record per failure signature), ``rules`` (the joined :data:`RULES`),
+``markers`` (stage and fact patterns), ``scanner`` (the fast line filter and the streaming
+state), ``decide`` (state -> Diagnosis), ``diagnoser`` (:class:`LogDiagnoser`,
+:func:`diagnose`). A host runs them as
 one uploaded file, ``kimi_diagnose.py``, joined by ``tasks/bundle.py``.
 """
 

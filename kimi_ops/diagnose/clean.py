@@ -12,6 +12,7 @@ _CARET_ANSI_RE = re.compile(r"\^\[\[[0-?]*[ -/]*[@-~]")
 _LITERAL_ANSI_RE = re.compile(
     r"(?:ESC|\\x1[bB]|\\033|\\e|\\u001[bB])?\[(?:\d{1,3};)*\d{1,3}m(?!\])"
 )
+_BOLD_PREFIX_RE = re.compile(r"^\s*\*\*(\([^()]*pid=\d+[^()]*\))\*\*")
 _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
     r"""^(?:
         [ \t]*>+[ ]?                                          # markdown quote
@@ -26,7 +27,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
       | \((?:Process|stdout|stderr)\)[ ]                       # launcher stream tags
       | \|[ ](?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ ]\|[ ][\w.\-]+[ ]\|[ ]  # FastChat
-      | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)            # level ...
+      | [ \t]*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)      # level ...
         (?::[ ]+
           |[ ]+(?=\d\d-\d\d[ ]|\d{4}-\d\d|\[[\w.\-/]+\.py:\d+\]|[\w.\-/]+\.py:\d+\]))
         (?:\d{2,4}-\d\d(?:-\d\d)?[ ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?[ ]+)?  # ... timestamp
@@ -58,6 +59,10 @@ def clean_line(line: str) -> str:
         if t != s:  # a code between two spaces leaves one space, not two
             t = _LITERAL_ANSI_RE.sub("", s.replace(" [0m ", " ").replace(" [0;0m ", " "))
             s = t.lstrip(" ") if _LITERAL_ANSI_RE.match(s.lstrip(" ")) else t
+    if "\xa0" in s:  # a web page's non-breaking spaces
+        s = s.replace("\xa0", " ")
+    if "**(" in s:  # a process prefix set in markdown bold: **(VllmWorker TP0 pid=1)**
+        s = _BOLD_PREFIX_RE.sub(r"\1", s)
     s = s.rstrip()
     if s.startswith("^C") and len(s) > 2:  # Ctrl-C echoed before a record: keep the mark
         return "^C " + clean_line(s[2:])

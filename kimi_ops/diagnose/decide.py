@@ -122,10 +122,12 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         return max(cands, key=lambda rh: (rh[0].priority, -rh[1].pos))
 
     specific = FAILURE_LABELS - {"engine_dead_other", "unknown"}
+    # A known cause without a label of its own (a driver, a busy device, a broken install)
+    # explains the engine's death, so it outranks the engine-death wrapper it leads to.
     winner = (
         best(frozenset(specific))
-        or best(frozenset({"engine_dead_other"}))
         or best(frozenset({"unknown"}))
+        or best(frozenset({"engine_dead_other"}))
     )
     if winner is not None:
         rule, hit = winner
@@ -158,11 +160,6 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             values["root_cause"] = _truncate(root.text, 300)
             if root.text not in evidence:
                 evidence.append(root.text)
-        if rule.label == "engine_dead_other":
-            extra = best(frozenset({"unknown"}))
-            if extra is not None:
-                values["extra_hint"] = _render(extra[0].hint, values)
-                evidence.append(extra[1].text)
         if rule.label == "kv_cache_dtype_unsupported":
             new = _version_at_least(values.get("vllm_version", ""), (0, 18))
             cpu = values.get("device") == "cpu" or values.get("backend", "").startswith(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from kimi_ops.diagnose.model import Rule, _rule
+from kimi_ops.diagnose.rules_device import DEVICE_RULES
 from kimi_ops.diagnose.rules_runtime import RUNTIME_RULES
 from kimi_ops.diagnose.rules_setup import SETUP_RULES
 
-RULES: tuple[Rule, ...] = SETUP_RULES + RUNTIME_RULES
+RULES: tuple[Rule, ...] = SETUP_RULES + DEVICE_RULES + RUNTIME_RULES
 _RULE_LABEL: dict[str, str] = {r.name: r.label for r in RULES}
 #: ``fp8_type_unsupported_arch`` when the kernel that needs FP8 is the KV-cache write: the
 #: FP8 is the KV cache's, and so is the fix.

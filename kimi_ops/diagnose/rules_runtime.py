@@ -1,4 +1,4 @@
-"""Rules, part 2: the run failed (KV memory, port, CUDA OOM, NCCL, killed or dead engine)."""
+"""Rules, part 3: the run failed (KV memory, port, CUDA OOM, NCCL, killed or dead engine)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "kv_cache_too_small",
         "kv_cache_insufficient",
         70,
-        ("KV cache is needed", "stored in KV cache"),
+        ("KV cache is needed", "stored in KV cache", "total_hbm_limit_cap_gb", "cache blocks ("),
         [
             r"\(?(?P<needed_gib>[\d.]+) GiB KV cache is needed, which is larger than the "
             r"available KV cache memory \((?P<available_gib>[\d.]+) GiB\)",
@@ -44,6 +44,10 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens "
             r"that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
             r"is larger than the maximum number of tokens that can be stored in KV cache",
+            # tpu-inference: the weights plus the KV cache exceed the HBM allowed
+            r"total_hbm_used_gb=.*exceeds total_hbm_limit_cap_gb",
+            # hybrid (Mamba) models: one cache block per sequence
+            r"max_num_seqs \((?P<max_num_seqs>\d+)\) exceeds available \w+ cache blocks",
         ],
         "The KV cache cannot hold one request of max_model_len[[ {max_seq_len}]] tokens"
         "[[: it needs {needed_gib} GiB but only {available_gib} GiB is available]]"
@@ -80,7 +84,12 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "kv_memory_zero",
         "kv_cache_insufficient",
         68,
-        ("Available memory: 0,", "available_kv_cache_memory=0", "# GPU blocks: 0", "blocks: 0,"),
+        (
+            "Available memory: 0,",
+            "available_kv_cache_memory=0",
+            "# GPU blocks: 0",
+            "blocks: 0,",
+        ),
         # vllm-ascend's worker: what is left for the KV cache after profiling, in bytes; V0's
         # block count after profiling
         [
@@ -154,9 +163,13 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "OutOfMemoryError",
             "CUBLAS_STATUS_ALLOC_FAILED",
             "cudaErrorMemoryAllocation",
+            "RESOURCE_EXHAUSTED",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
+            # JAX / XLA (TPU): device memory (HBM) exhausted at run or compile time
+            r"RESOURCE_EXHAUSTED: (?:Error allocating device buffer|\w+: \w*(?:Allocation"
+            r"Failure|HbmOom)|.*\b[Oo]ut of memory\b)",
             r"(?i:(?:cuda|hip)(?: driver)? error: out of memory)",
             r"OutOfMemoryError: (?:CUDA|HIP)",
             r"(?i:cuda failure \d* ?'out of memory')",
@@ -212,6 +225,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "DistBackendError",
             "HCCL function error",
             "hccl api failed",
+            "Gloo connectFullMesh failed",
         ),
         [
             r"(?i:NCCL error)",
@@ -224,6 +238,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"\b(?:c10::|torch\.distributed\.)?DistBackendError\b",
             # Ascend's collective library (HCCL), NCCL's counterpart
             r"HCCL function error|DIST call hccl api failed",
+            # torch.distributed's Gloo backend (CPU side of the same collectives)
+            r"Gloo connectFullMesh failed",
         ],
         "NCCL (GPU-to-GPU communication) failed[[: {nccl_detail}]]. Run `fab clean-shm` "
         "(leaked /dev/shm segments from crashed runs break NCCL) and make sure /dev/shm is "
@@ -402,7 +418,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
-        "context.[[ {extra_hint}]]",
+        "context.",
         "engine died[[: {root_cause}]]",
         exclude=[r"[Aa]ctor died"],  # a Ray actor of another framework, not vLLM's engine
     ),
@@ -414,7 +430,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         [r", in (?:run_engine_core|run_mp_engine|worker_main|worker_busy_loop)\b"],
         "The engine process crashed with a traceback and none of the known causes was "
         "recognised[[ - first error: {root_cause}]]. Read the traceback; the last log lines "
-        "show the context.[[ {extra_hint}]]",
+        "show the context.",
         "engine process crashed[[: {root_cause}]]",
         # a frame only: it counts when the exception (or an exit) follows; a traceback cut
         # before its exception shows no cause (unknown)
@@ -467,15 +483,34 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "broken_install",
         "unknown",
         3,
-        ("undefined symbol",),
-        # a compiled extension built against another torch / CUDA than the one installed
-        [r"^(?:ImportError|OSError)\b.*undefined symbol: (?P<symbol>\S+)"],
+        ("undefined symbol", "failed to be inspected"),
+        # a compiled extension built against another torch / CUDA than the one installed; vLLM
+        # failing to import a model class in its inspection subprocess (an import error there)
+        [
+            r"^(?:ImportError|OSError)\b.*undefined symbol: (?P<symbol>\S+)",
+            r"Model architectures? \[?(?P<arch>[^\]]*?)\]? failed to be inspected",
+        ],
         "A compiled library (vLLM's kernels, flash-attn, or another extension) does not match "
         "the installed PyTorch / CUDA (undefined symbol[[ {symbol}]]): the environment is "
         "broken, not the model or its settings. Reinstall vLLM and its extensions from one "
         "matching release (a fresh venv or the vLLM docker image), or uninstall the extension "
         "that was built for another torch.",
-        "broken install: undefined symbol[[ {symbol}]]",
+        "broken install[[: undefined symbol {symbol}]][[: {arch} could not be imported]]",
+    ),
+    _rule(
+        "device_busy",
+        "unknown",
+        3,
+        ("Device or resource busy", "libtpu_lockfile", "lockfile"),
+        [
+            r"(?:TPU|device) initialization failed: .*Device or resource busy",
+            r"libtpu (?:multi-process )?lockfile",
+        ],
+        "The accelerator is held by another process (device busy / libtpu lockfile): a stale "
+        "server or another job still owns it. Stop that process (`fab kill-stale` for one this "
+        "deployment started; otherwise find it with `lsof /dev/vfio/*` or `fuser`), remove a "
+        "stale /tmp/libtpu_lockfile if no process holds it, then redeploy.",
+        "accelerator busy (held by another process)",
     ),
     _rule(
         "unsupported_model",

@@ -1,4 +1,4 @@
-"""Rules, part 1: the setup is wrong (arguments, KV dtype, remote code, model, GPU, quant)."""
+"""Rules, part 1: the setup is wrong (arguments, KV-cache dtype, remote code, model)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,38 @@ SETUP_RULES: tuple[Rule, ...] = (
         "{option}_parallel_size[[ {size}]] does not divide the model[[ ({what} {count})]]",
     ),
     _rule(
+        "not_enough_devices",
+        "bad_argument",
+        96,
+        ("required GPUs exceeds", "greater than the number of available"),
+        [
+            r"(?i:number of required GPUs exceeds the total number of available GPUs)",
+            r"(?P<option>tensor|pipeline)_parallel_size \(?(?P<size>\d+)\)? is greater than the "
+            r"number of available",
+        ],
+        "The parallel sizes ask for more GPUs than the server has[[ ({option}_parallel_size "
+        "{size})]]: lower tensor_parallel_size x pipeline_parallel_size in the profile, or "
+        "give the server more GPUs (CUDA_VISIBLE_DEVICES, the Ray placement group).",
+        "more GPUs asked for than available[[ ({option}_parallel_size {size})]]",
+    ),
+    _rule(
+        "fp8_block_tp_mismatch",
+        "bad_argument",
+        96,
+        ("weight quantization block_",),
+        # a block-quantized (FP8) checkpoint split over too many GPUs: each shard must hold
+        # whole blocks
+        [
+            r"(?P<what>[\w' ]+ weight) = (?P<count>\d+) is not divisible by weight quantization "
+            r"(?P<block>block_[nk] = \d+)"
+        ],
+        "The block-quantized weights cannot be split over this tensor_parallel_size[[: a "
+        "shard of the {what} ({count}) is not a multiple of the quantization {block}]]. Use a "
+        "smaller tensor_parallel_size (with data or expert parallelism for the rest), or a "
+        "checkpoint without block quantization.",
+        "tensor_parallel_size too large for the FP8 block size[[ ({block})]]",
+    ),
+    _rule(
         "unexpected_engine_kwarg",
         "bad_argument",
         96,
@@ -136,6 +168,8 @@ SETUP_RULES: tuple[Rule, ...] = (
         (
             "KV cache not",
             "kv cache not",
+            "KV cache is not",
+            "kv cache is not",
             "Triton MLA not",
             "FP8 KV cache",
             "fp8 KV cache",
@@ -145,9 +179,9 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"(?:(?P<backend>[A-Za-z][\w\-]*?)(?: V\d)? )?with FP8 KV cache (?:is )?no(?:t "
             r"(?:yet )?supported|t?$)",  # also cut short by the excerpt
             r"(?P<backend>FP8 Triton MLA) not yet supported",
-            r"^[\w.]*(?:Error|Exception)\b.*(?i:(?:fp8|quantized) kv[ _-]?cache (?:is )?not "
-            r"(?:yet )?(?:supported|implemented)|does not support (?:an? )?(?:fp8|quantized) "
-            r"kv[ _-]?cache)",
+            r"^[\w.]*(?:Error|Exception)\b.*(?i:(?:fp8|quantized|turboquant|nvfp4|fp4|int8|int4) "
+            r"kv[ _-]?cache (?:is )?not (?:yet )?(?:supported|implemented)|does not support "
+            r"(?:an? )?(?:fp8|quantized) kv[ _-]?cache)",
             r"^[\w.]*(?:Error|Exception)\b.*?(?:(?P<backend>[A-Za-z]\w*?)(?:Impl|Backend)? )?"
             r"(?i:only supports? (?:an? )?(?:unquantized|bf16|16-bit)\b[^;.]*kv[ _-]?cache)",
             # "Only support per-tensor scaling factor for fp8 KV cache" (the refusal names a
@@ -357,233 +391,5 @@ SETUP_RULES: tuple[Rule, ...] = (
         "valid Hugging Face repo id; for Hub downloads also check HF_TOKEN (gated repos) and "
         "the host's network access.",
         "model not found or not accessible[[: {model}]]",
-    ),
-    # ------------------------------------------------------------ unsupported_gpu
-    _rule(
-        "no_kernel_image",
-        "unsupported_gpu",
-        80,
-        ("no kernel image", "NoKernelImage", "invalid device function", "InvalidDeviceFunction"),
-        [
-            r"no kernel image is available for execution on the device",
-            r"cudaErrorNoKernelImageForDevice",
-            r"(?:HIP|CUDA) error: invalid device function|hipErrorInvalidDeviceFunction",
-        ],
-        "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "
-        "install a build compiled for its compute capability (Blackwell sm_120 needs CUDA "
-        "12.8+ builds of PyTorch and vLLM), or use a vLLM image/wheel that lists the "
-        "architecture.",
-        "no CUDA kernel image for this GPU",
-    ),
-    _rule(
-        "bfloat16_unsupported",
-        "unsupported_gpu",
-        82,
-        ("Bfloat16 is only supported", "_check_if_gpu_supports_dtype"),
-        [
-            r"Bfloat16 is only supported on GPUs with compute capability of at least "
-            r"(?P<min_capability>\d+(?:\.\d+)?)",
-            # a traceback through vLLM's dtype check (its message cut off): the check raises
-            # only this error
-            r"\b_check_if_gpu_supports_dtype\b",
-        ],
-        "The GPU[[ {gpu}]][[ (compute capability {compute_capability})]] has no bfloat16 "
-        "support[[ (needs >= {min_capability})]]: add `--dtype half` to the profile's "
-        "extra_args, or use an Ampere or newer GPU.",
-        "GPU[[ {gpu}]] cannot run bfloat16",
-        extract=[
-            r"Your (?P<gpu>.+?) GPU has compute capability (?P<compute_capability>\d+(?:\.\d+)?)"
-        ],
-    ),
-    _rule(
-        "quantization_needs_newer_gpu",
-        "quantization_unsupported",
-        85,
-        (
-            "the current GPU",
-            "not supported on GPUs with",
-            "does not support weight_bits",
-            "Only types = []",
-            "_check_scheme_supported",
-        ),
-        [
-            r"(?i:quantization method|quantization scheme) ?(?P<quantization>[\w\-]*) is not "
-            r"supported for\W*the current GPU",
-            r"(?P<quantization>[\w\-]+(?: [\w\-]+)?) (?i:quantization) is not supported on GPUs "
-            r"with",
-            r"(?P<quantization>\w*[Mm]arlin\w*) does not support weight_bits",
-            r"Only types = \[\] are supported",
-            # a traceback through compressed-tensors' capability check (message cut off): it
-            # raises only "Quantization scheme is not supported for the current GPU"
-            r"\b_check_scheme_supported\b",
-        ],
-        "The checkpoint's quantization[[ ({quantization})]][[ ({fp8_type} kernels)]] has no "
-        "kernel for this GPU[[: minimum compute capability {min_capability}]][[, this GPU has "
-        "{compute_capability}]]. Use a checkpoint quantized for this GPU (e.g. AWQ/GPTQ int4 or "
-        "unquantized on older GPUs; FP8 needs compute capability 8.9+, NVFP4 a Blackwell GPU) "
-        "or a newer GPU.",
-        "quantization[[ {quantization}]][[ ({fp8_type})]] not supported on this GPU",
-        extract=[
-            r"Min(?:imum)? capability:? =? ?(?P<min_capability>\d+(?:\.\d+)?)",
-            r"min_capability = (?P<min_capability>\d+)",
-            r"Current (?:compute )?capability:? (?P<compute_capability>\d+(?:\.\d+)?)",
-        ],
-    ),
-    _rule(
-        "gpu_capability",
-        "unsupported_gpu",
-        80,
-        (
-            "compute capability",
-            "Compute capability",
-            "device capability",
-            "Ampere GPUs or newer",
-            "on CUDA arch",
-            "gpu-name",
-            "capability not supported",
-            "does not support this kernel",
-            "nsupported GPU",
-            "this GPU",
-            "current GPU",
-            "requires sm",
-            "requires SM",
-            "CUDA capability",
-            "no longer supports this GPU",
-            "too old to be supported",
-            "only supports devices of CUDA",
-            "only supported on Hopper",
-            "only supported on Blackwell",
-            "tpu_version",
-            "Required aspect",
-            "is_fa_version_supported",
-        ),
-        [
-            r"GPUs? with compute capability (?:below|less than|<) ?[\d.]+ (?:are|is) not supported",
-            # torch.compile's Triton backend (inductor) refuses GPUs below its minimum
-            r"too old to be supported by the triton GPU compiler",
-            r"Triton only supports devices of CUDA [Cc]apability",
-            # an attention backend's own reason, e.g. "FlashMLA Sparse is only supported on
-            # Hopper and Blackwell DC devices"
-            r"is only supported on (?:Hopper|Blackwell)\b",
-            # a kernel without support for this accelerator generation / feature
-            r"(?i:unsupported (?:tpu|gpu|xpu|npu|device)[ _]?(?:version|generation|arch\w*))",
-            r"Required aspect \w+ is not supported on the devic",  # SYCL (Intel XPU)
-            # V1's FlashAttention backend: no FlashAttention build for this GPU (pre-Ampere)
-            r"\bassert is_fa_version_supported\(",
-            r"No compiled \w+ for a compute capability",
-            r"current device does not support this kernel",
-            r"FlashAttention only supports Ampere GPUs or newer",
-            r"No valid attention backend.*\[\s*'?compute capability not supported'?\s*\]",
-            # the selector's reasons list re-indented one reason per line
-            r"^\s*(?:\w+: \[\s*)?'?compute capability not supported'?\s*,?\s*\]?,?$",
-            # ... or one backend's reasons on one line, among them the GPU's capability
-            r"^\s*'?[A-Z][A-Z0-9_]+'?: \[.*\bcompute capability not supported\b",
-            # PyTorch's import-time check: no kernels of this build run on the GPU
-            r"PyTorch no longer supports this GPU because it is too old",
-            r"is not supported on CUDA arch",
-            r"Value 'sm_(?P<sm>\d+a?)' is not defined for option 'gpu-name'",
-            r"^[\w.]*(?:Error|Exception)\b.*(?i:compute capability\s+\S+\s+(?:is\s+)?not\s+"
-            r"supported|unsupported (?:GPU|compute capability|CUDA arch)|not supported on "
-            r"(?:GPUs? with (?:compute|CUDA) capability|this GPU|the current GPU)|requires "
-            r"(?:a GPU with )?(?:compute capability|CUDA capability|sm_?\d+|SM ?\d+))",
-        ],
-        "The GPU[[ {gpu}]][[ (compute capability {compute_capability})]] is not supported by "
-        "this build or feature. Use a PyTorch/vLLM build compiled for this architecture "
-        "(Blackwell sm_120 needs CUDA 12.8+ builds), or avoid what the GPU lacks (another "
-        "dtype, quantization or attention backend).",
-        "GPU not supported[[ (compute capability {compute_capability})]]",
-        extract=[
-            r"Current (?:compute )?capability:? (?P<compute_capability>\d+(?:\.\d+)?)",
-            r"CUDA device capability: (?P<compute_capability>\d+)",
-            r"compute capability:? (?P<compute_capability>\d+(?:\.\d+)?)",
-        ],
-    ),
-    _rule(
-        "torch_arch_incompatible",
-        "unsupported_gpu",
-        75,
-        ("is not compatible with the current PyTorch",),
-        [
-            r"(?:(?P<gpu>\S.*?) with )?CUDA capability sm_(?P<sm>\d+a?) is not compatible with "
-            r"the current PyTorch installation",
-            r"is not compatible with the current PyTorch installation",
-        ],
-        "PyTorch in this environment was not built for this GPU[[ ({gpu}, sm_{sm})]]: install "
-        "a PyTorch/vLLM build that supports it (Blackwell sm_120 needs CUDA 12.8+ builds, "
-        "e.g. vLLM's cu128/cu129 wheels or images).",
-        "PyTorch build does not support this GPU[[ (sm_{sm})]]",
-        weak=True,
-    ),
-    # ---------------------------------------------------- quantization_unsupported
-    _rule(
-        "quantization_no_kernel",
-        "quantization_unsupported",
-        84,
-        (
-            "Failed to find a kernel",
-            "quantization is currently not supported",
-            "quantization is not supported",
-            "Unknown quantization method",
-            "with arguments from the",
-            "for quantization method",
-            "-bit weight quantization is supported",
-            "-bit quantization is supported",
-            "not supported on CPU",
-            "not supported for CPU",
-            "MoE backend",
-            "does not support current device",
-            "object has no attribute '",
-        ),
-        [
-            r"Failed to find a kernel that can implement the (?P<quantization>[\w\-]+) "
-            r"(?:linear|MoE|moe)",
-            r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
-            r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
-            r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
-            # a quantized-MoE kernel backend refusing the device ("NvFp4 MoE backend
-            # 'FLASHINFER_CUTLASS' does not support the deployment configuration since kernel
-            # does not support current device")
-            r"(?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8|awq|gptq|marlin)\w*)"
-            r" MoE backend\b.*(?:does not support|not supported)",
-            r"No (?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8)\w*) MoE backend "
-            r"supports",
-            r"kernel does not support current device",
-            # the build has no kernel for the quantized GEMM / repack / dequant op on this
-            # device ("'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'")
-            r"'_C' object has no attribute '(?P<quant_op>\w*(?i:gemm|marlin|awq|gptq|fp8|fp4|"
-            r"quant|scaled_mm|w8a8|wna16|ggml|gguf|int8|int4|cutlass|machete|exllama)\w*)",
-            r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
-            r"the '(?P<platform>\w+)' backend",
-            r"is not supported for quantization method (?P<quantization>[\w\-]+)",
-            r"only (?P<bits>\d+)-bit (?:weight )?quantization is supported for "
-            r"(?P<quantization>[\w\-]+)",
-            r"^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*)\b.*?(?P<platform>CPU|cpu) is not "
-            r"supported|^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*).*not supported (?:on|for) "
-            r"(?P<platform2>CPU|cpu)",
-        ],
-        "No kernel for the checkpoint's quantization[[ ({quantization})]] on this "
-        "[[{platform}||device]][[ (vLLM {vllm_version})]][[ (this build has no {quant_op} op)]]: "
-        "serve a checkpoint in a format this "
-        "device runs (on CPU: bf16, or a quantization the CPU build lists, e.g. AWQ/GPTQ "
-        "int4 or W8A8 int8; NVFP4 needs a Blackwell GPU), or use hardware and a vLLM build "
-        "with a kernel for it.",
-        "quantization[[ {quantization}]] not supported on [[{platform}||this device]]"
-        "[[ (no {quant_op} kernel)]]",
-        exclude=[r"(?i:compute capability|capability[:<>])"],  # quantization_needs_newer_gpu
-    ),
-    _rule(
-        "fp8_type_unsupported_arch",
-        "quantization_unsupported",
-        83,
-        ("not supported in this architecture", "data type is not supported on CUDA arch"),
-        [
-            r"type (?P<fp8_type>fp8\w+) not supported in this architecture",
-            # Triton < 3.x: an assertion in its type conversion
-            r"(?P<fp8_type>fp8\w+) data type is not supported on CUDA arch",
-        ],
-        "This GPU has no native FP8 ({fp8_type}), which the Triton kernel[[ {triton_kernel}]] "
-        "needs: FP8 compute needs compute capability 8.9+ (Ada, Hopper, Blackwell). Use a "
-        "checkpoint that is not FP8-quantized (bf16, AWQ/GPTQ int4) on this GPU, or a newer GPU.",
-        "FP8 ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
     ),
 )
