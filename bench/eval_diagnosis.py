@@ -63,7 +63,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-d": ("d17a8fc", "8a4e54e"),
     "blind-e": ("8a4e54e", "fbc746e"),
     "blind-f": ("fbc746e", "7a3b070"),
-    "blind-g": ("141aa01", None),
+    "blind-g": ("141aa01", "d53821d"),
 }
 
 
