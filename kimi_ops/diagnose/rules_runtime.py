@@ -502,9 +502,11 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "unknown",
         3,
         ("Device or resource busy", "libtpu_lockfile", "lockfile"),
+        # only the failure itself: a warning that mentions the lockfile is no cause
         [
             r"(?:TPU|device) initialization failed: .*Device or resource busy",
-            r"libtpu (?:multi-process )?lockfile",
+            r"Unable to initialize backend '\w+': .*(?:Device or resource busy|libtpu "
+            r"(?:multi-process )?lockfile)",
         ],
         "The accelerator is held by another process (device busy / libtpu lockfile): a stale "
         "server or another job still owns it. Stop that process (`fab kill-stale` for one this "
