@@ -55,9 +55,9 @@ def clean_line(line: str) -> str:
     if "^[[" in s:
         s = _CARET_ANSI_RE.sub("", s)
     if "m" in s and ("[0" in s or "[1" in s or "[3" in s or "[9" in s):
-        t = _LITERAL_ANSI_RE.sub("", s)
-        if t != s:  # a code between two spaces leaves one space, not two
-            t = _LITERAL_ANSI_RE.sub("", s.replace(" [0m ", " ").replace(" [0;0m ", " "))
+        # a reset code between two spaces leaves one space, not two
+        t = _LITERAL_ANSI_RE.sub("", s.replace(" [0m ", " ").replace(" [0;0m ", " "))
+        if t != s:
             s = t.lstrip(" ") if _LITERAL_ANSI_RE.match(s.lstrip(" ")) else t
     if "\xa0" in s:  # a web page's non-breaking spaces
         s = s.replace("\xa0", " ")

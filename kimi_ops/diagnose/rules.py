@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-from kimi_ops.diagnose.model import Rule, _rule
+from dataclasses import replace
+
+from kimi_ops.diagnose.model import Rule
 from kimi_ops.diagnose.rules_device import DEVICE_RULES
 from kimi_ops.diagnose.rules_runtime import RUNTIME_RULES
 from kimi_ops.diagnose.rules_setup import SETUP_RULES
 
 RULES: tuple[Rule, ...] = SETUP_RULES + DEVICE_RULES + RUNTIME_RULES
 _RULE_LABEL: dict[str, str] = {r.name: r.label for r in RULES}
+_RULE_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 #: ``fp8_type_unsupported_arch`` when the kernel that needs FP8 is the KV-cache write: the
-#: FP8 is the KV cache's, and so is the fix.
-_FP8_ARCH_KV_RULE = _rule(
-    "fp8_type_unsupported_arch",
-    "kv_cache_dtype_unsupported",
-    83,
-    ("not supported in this architecture", "data type is not supported on CUDA arch"),
-    [
-        r"type (?P<fp8_type>fp8\w+) not supported in this architecture",
-        r"(?P<fp8_type>fp8\w+) data type is not supported on CUDA arch",
-    ],
-    "This GPU has no native FP8 ({fp8_type}), which the FP8 KV cache's kernel[[ "
+#: FP8 is the KV cache's, and so is the fix. The same signature (``_decide`` swaps it in after
+#: the table's rule matched), with the KV cache's label and texts.
+_FP8_ARCH_KV_RULE = replace(
+    _RULE_BY_NAME["fp8_type_unsupported_arch"],
+    label="kv_cache_dtype_unsupported",
+    hint="This GPU has no native FP8 ({fp8_type}), which the FP8 KV cache's kernel[[ "
     "{triton_kernel}]] needs (compute capability 8.9+). Serve with a 16-bit KV cache: drop "
     "--kv-cache-dtype fp8 from extra_args[[ (now: {extra_args})]] and run `fab "
     "patch-kv-config` if the checkpoint asks for an FP8 KV cache (kv_cache_scheme).",
-    "FP8 KV cache ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
+    summary="FP8 KV cache ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
 )
-
-_RULE_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}

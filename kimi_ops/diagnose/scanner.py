@@ -378,13 +378,13 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         if _STOP_REQUEST_RE.search(ev[2]):
             st.stop_request_pos = pos
         if st.healthy_pos < 0 and not st.hits and st.last_crash_pos < 0:
-            if _UP_SHUTDOWN_RE.search(ev[2]) or (
-                st.stop_request_pos >= 0 and _HTTP_SHUTDOWN_RE.search(ev[2])
-            ):  # an excerpt that begins after startup: the stop shows the server was up
+            http_stop = _HTTP_SHUTDOWN_RE.search(ev[2]) is not None
+            if _UP_SHUTDOWN_RE.search(ev[2]) or (st.stop_request_pos >= 0 and http_stop):
+                # an excerpt that begins after startup: the stop shows the server was up
                 st.healthy_pos = pos
                 st.healthy_text = ev[2]
                 st.last_progress_pos = max(st.last_progress_pos, pos)
-            elif _HTTP_SHUTDOWN_RE.search(ev[2]):
+            elif http_stop:
                 # The HTTP server ended, but neither a stop request nor vLLM's own stop
                 # sequence shows why (vLLM also shuts it down when the engine dies): the
                 # server is gone for a reason the excerpt does not hold.
