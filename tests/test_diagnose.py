@@ -830,7 +830,8 @@ def test_many_interesting_lines_stay_fast() -> None:
     t0 = time.perf_counter()
     d = diagnose(text)
     assert time.perf_counter() - t0 < 4.0
-    assert d.label == "unknown" and d.evidence[0] == "ValueError: boom"
+    # logged by vLLM's engine core (its prefix and logger format): vLLM died of it
+    assert d.label == "engine_dead_other" and d.evidence[0] == "ValueError: boom"
 
 
 def test_every_stage_and_fact_keyword_is_reachable_by_the_line_filter() -> None:

@@ -83,13 +83,18 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
 )
 _RUN_START = "vLLM API server version"
 #: Frequent "serving" markers (metrics, access log): found per chunk with rfind, not per line.
-#: The scheduler preempting a request and the offline LLM's progress bar are only printed by an
-#: engine that is running requests.
+#: The scheduler preempting a request, the offline LLM's progress bar, the request log's
+#: "Added" / "Aborted" / "Finished request" and speculative decoding's metrics are only printed
+#: by an engine that is running requests.
 _FREQ_HEALTHY: tuple[str, ...] = (
     "Avg prompt throughput",
     'HTTP/1.1" 200',
     "is preempted by PreemptionMode",
     "Processed prompts:",
+    "Added request ",
+    "Aborted request ",
+    "Finished request ",
+    "SpecDecoding metrics",
 )
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
@@ -273,6 +278,14 @@ _DISPATCH = _build_dispatch()
 #: A traceback's source line quoting a log call (``    logger.info("Starting to load model
 #: %s...", ...)``, IPython's ``--> 682 ...``): the message in it was not logged.
 _SOURCE_LINE_RE = re.compile(r"""^\s+(?:-*>\s*)?(?:\d+\s+)?[\w.]*\w\(\s*f?["']""")
+#: A line printed by vLLM itself: its logger's format (``ERROR 08-05 07:31:10 [core.py:12]``,
+#: before 0.8 without the ``[``) or one of its processes' prefixes. An exception line printed
+#: so was raised in (or caught and logged by) vLLM's engine, workers or API server.
+_VLLM_ORIGIN_RE = re.compile(
+    r"(?:^|[\s|)\]>*])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\[?[\w.\-/]+\.py:\d+\]"
+    r"|\((?:EngineCore|VllmWorker|Worker_|APIServer|RayWorkerWrapper)[^()]*pid=\d+"
+)
 #: A traceback frame: Python's, or IPython's (``File ~/x/vllm/worker.py:682, in load_model``).
 _FRAME_RE = re.compile(r'\s*File (?:"[^"]*", line \d+|[~/][^,]*\.py:\d+, in )')
 #: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:

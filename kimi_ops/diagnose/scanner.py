@@ -36,6 +36,7 @@ from kimi_ops.diagnose.markers import (
     _TRACEBACK,
     _TRIGGER_WORDS,
     _UP_SHUTDOWN_RE,
+    _VLLM_ORIGIN_RE,
 )
 from kimi_ops.diagnose.model import (
     _HEALTHY_STAGE,
@@ -313,6 +314,13 @@ def _analyze_join(prev_raw: str, cur_raw: str, pos: int, events: list[tuple[Any,
         _analyze(prev + sep + cur, pos, events, joined=True)
 
 
+def _traffic_after_exit(st: _State) -> bool:
+    """Would request traffic (a frequent serving marker) here follow a process exit, with no
+    sign the server was ever up? Then the excerpt's order cannot be trusted (a platform's log
+    view, newest first) and the exit is the one state it shows: the traffic is not "up"."""
+    return st.healthy_pos < 0 and st.last_exit is not None
+
+
 def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     """Fold one event into the state (events arrive in log order)."""
     pos, kind = ev[0], ev[1]
@@ -320,6 +328,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.facts.update(ev[2])
     elif kind == _EV_STAGE:
         stage, progress, text, run_start = ev[2], ev[3], ev[4], ev[5]
+        if len(ev) > 6 and _traffic_after_exit(st):
+            return
         if run_start:  # a new server run: the previous run's "up" / shutdown are history
             st.stage, st.progress = stage, None
             st.healthy_pos, st.healthy_text, st.shutdown_pos = -1, None, -1
@@ -337,6 +347,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             # An access-log "200" or a throughput line after a specific failure (the engine
             # died, but the API server still answers /v1/models until it shuts down) is not
             # a recovery: the failure stands.
+            return
+        if frequent and _traffic_after_exit(st):
             return
         if pos > st.healthy_pos:
             st.healthy_pos = pos
@@ -363,6 +375,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         line = _Line(pos, ev[2])
         st.last_exc = line
         st.last_crash_pos = st.last_signal_pos = pos
+        if len(ev) > 4:  # printed by vLLM's logger or under one of its processes' prefixes
+            st.last_vllm_frame_pos = pos
         if not ev[3]:
             if st.first_exc_since_progress is None:
                 st.first_exc_since_progress = line
@@ -431,6 +445,15 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
         i = j + 1
 
 
+def _mark_vllm_origin(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
+    """Flag an exception line that vLLM printed (its logger's format or process prefix)."""
+    for i in range(start, len(events)):
+        if events[i][1] == _EV_EXC:
+            raw = scan[ls : scan.find("\n", ls)][:200]
+            if _VLLM_ORIGIN_RE.search(raw):
+                events[i] = (*events[i], True)
+
+
 def _process(st: _State, block: str) -> None:
     """Consume a block of complete lines (ends with a terminator; ``\\r\\n`` normalised)."""
     base = st.offset
@@ -442,7 +465,7 @@ def _process(st: _State, block: str) -> None:
         if p >= 0:
             ls = scan.rfind("\n", 0, p) + 1
             text = clean_line(scan[ls : scan.find("\n", p)])
-            events.append((base + ls, _EV_STAGE, _STAGE_INDEX["ready"], None, text, False))
+            events.append((base + ls, _EV_STAGE, _STAGE_INDEX["ready"], None, text, False, True))
             events.append((base + ls, _EV_HEALTHY, text, True))
     starts = _candidate_lines(scan)
     if base < _FULL_SCAN:
@@ -452,7 +475,9 @@ def _process(st: _State, block: str) -> None:
     for ls in starts:
         text = clean_line(scan[ls : scan.find("\n", ls)])
         if text and not text.startswith(_IGNORED_PREFIXES):
+            n_before = len(events)
             _analyze(text, base + ls, events, joined=False)
+            _mark_vllm_origin(scan, ls, events, n_before)
     # hard-wrapped continuations; the first line continues the previous block's last line
     first_end = scan.find("\n")
     if st.last_line is not None and _CONT.match("\n" + scan[: min(first_end, 200)] + "\n"):
