@@ -590,3 +590,26 @@ def test_a_process_prefix_in_markdown_bold_is_decoration() -> None:
     line = "  **(VllmWorker TP0 pid=1)** ERROR 08-05 07:31:10 [multiproc_executor.py:559] boom"
     assert clean_line(line) == "boom"
     assert clean_line("  ERROR 08-05 07:31:10 [multiproc_executor.py:559] boom") == "boom"
+
+
+# ------------------------------------------------------- pasted tracebacks: pytest, documents
+
+
+def test_a_traceback_in_pytest_failure_output_is_read_through_its_e_prefix() -> None:
+    log = (
+        "E       Traceback (most recent call last):\n"
+        'E         File "/venv/lib/python3.12/site-packages/vllm/v1/engine/core_client.py", '
+        "line 1091, in _ensure_stats_update_task\n"
+        "E           assert self.stats_update_address is not None\n"
+        "E       AssertionError\n"
+    )
+    assert clean_line(log.splitlines()[3]) == "AssertionError"
+    d = diagnose(log)
+    assert (d.label, d.facts.get("signature")) == ("engine_dead_other", "vllm_traceback")
+
+
+def test_an_indented_exception_line_is_still_an_exception() -> None:
+    """Pasted in a document or a chained traceback, the exception line is indented: the
+    process failed; a log that holds only that line is not "starting"."""
+    d = diagnose("    RuntimeError: Assertion error (csrc/layout.hpp:60): Unknown transform\n")
+    assert d.label == "unknown" and d.lifecycle == "failed"

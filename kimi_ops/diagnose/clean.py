@@ -23,6 +23,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \[pod/[\w.\-]+/[\w.\-]+\][ ]                          # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
       | \[rank\d+\]:[ ]?                                      # torch rank prefix
+      | E[ ]{3,7}                                             # pytest's failure lines
       | [ ]*\|[ ](?=[ ]*(?:File[ ]"|Traceback[ ]|[\w.]+(?:Error|Exception)\b))  # loguru, ExcGroup
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
       | \((?:Process|stdout|stderr)\)[ ]                       # launcher stream tags
@@ -44,7 +45,7 @@ def clean_line(line: str) -> str:
     Strips ANSI colour codes and, repeatedly, leading markdown ``>`` quote marks,
     docker-compose ``service-1  | `` prefixes, ISO / bracketed / syslog timestamps,
     process prefixes (``(APIServer pid=1)``, ``(EngineCore_DP0 pid=2)``,
-    ``(VllmWorker rank=3 pid=4)``), ``[rank0]:``, and the vLLM / uvicorn level prefix
+    ``(VllmWorker rank=3 pid=4)``), ``[rank0]:``, pytest's ``E   ``, the vLLM / uvicorn level prefix
     (``INFO 03-20 14:02:11 [file.py:12] ``, ``ERROR:    ``). Traceback indentation is
     kept. A log record glued after a tqdm bar (no newline between them) is cut out; a
     leading Ctrl-C echo ``^C`` is kept as ``"^C "``.

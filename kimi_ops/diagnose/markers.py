@@ -171,8 +171,8 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
     )
 )
 
-_EXC_RE = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*(?:\w*(?:Error|Exception|Interrupt|Exit)|Error)(?:\([\w.]+\))?"
+_EXC_RE = re.compile(  # indented when pasted in a document or a chained traceback
+    r"^\s*(?:[A-Za-z_]\w*\.)*(?:\w*(?:Error|Exception|Interrupt|Exit)|Error)(?:\([\w.]+\))?"
     r"(?::(?:\s.*)?)?$"
 )
 _EXIT_RE = re.compile(
