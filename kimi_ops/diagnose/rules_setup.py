@@ -160,6 +160,25 @@ SETUP_RULES: tuple[Rule, ...] = (
         "model really supports more, e.g. with RoPE scaling).",
         "max_model_len[[ {max_model_len}]] exceeds the model's maximum",
     ),
+    _rule(
+        "error_names_option",
+        "bad_argument",
+        20,
+        ("Error",),
+        # the engine's validation refusing a setting names the option to change ("... is
+        # larger than max_num_batched_tokens (4096). Please increase max_num_batched_tokens.");
+        # any more specific cause (memory, KV cache, dtype) outranks this
+        [
+            r"^(?:[\w.]+\.)?(?:Value|Assertion|Validation|NotImplemented|Runtime|Type)Error\b"
+            r".*?\b(?:[Pp]lease|[Tt]ry|[Cc]onsider|[Yy]ou (?:can|may|should|need to|must))\s+"
+            r"(?:to\s+)?(?:increas|decreas|reduc|lower|rais|set|specify|pass|enabl|disabl|adjust"
+            r"|chang)\w*\s+(?:the\s+|your\s+)?(?:value\s+of\s+)?[`'\"]?"
+            r"(?P<bad_args>(?:--)?[a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)"
+        ],
+        "vLLM refused a setting and names the option to change: {bad_args}. Adjust it in the "
+        "profile (its extra_args[[, now: {extra_args}]]) as the error says.",
+        "a setting was refused: change {bad_args}",
+    ),
     # ---------------------------------------------------- kv_cache_dtype_unsupported
     _rule(
         "fp8_kv_cache_unsupported",
