@@ -228,6 +228,7 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Sending SIGINT",
         "Sent SIGTERM",
         "Sent SIGINT",
+        "Shutdown initiated (timeout",  # V1 EngineCore's own orderly shutdown (0.1x)
     }
 )
 #: vLLM's own stop sequence, printed only by a server that was up and was asked to stop:
@@ -236,6 +237,9 @@ _UP_SHUTDOWN_RE = re.compile(
     r"API server: (?:shutdown triggered|engine client stopped|signalling HTTP server shutdown"
     r"|shutting down FastAPI)"
     r"|Engine is gracefully shutting down"
+    # the V1 engine core's orderly shutdown: only an engine core that finished starting has
+    # one (a failed start logs "EngineCore failed to start" instead)
+    r"|^Shutdown initiated \(timeout="
 )
 #: The HTTP server's (uvicorn's) lifespan shutdown: up, then stopped only when a stop request
 #: (``_STOP_REQUEST_RE``) came before it; vLLM also ends it when the engine dies.
@@ -374,6 +378,7 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Uvicorn running",
     "Waiting for application",
     "wn triggered",  # [shutdown] API server: shutdown triggered
+    "Shutdown initiated",  # the V1 engine core's orderly shutdown
     "Started server",
     # signals: stops (SIGTERM / SIGINT) and kills; "Segfault encountered" (torch's handler)
     "SIGTERM",
