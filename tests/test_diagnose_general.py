@@ -613,3 +613,17 @@ def test_an_indented_exception_line_is_still_an_exception() -> None:
     process failed; a log that holds only that line is not "starting"."""
     d = diagnose("    RuntimeError: Assertion error (csrc/layout.hpp:60): Unknown transform\n")
     assert d.label == "unknown" and d.lifecycle == "failed"
+
+
+def test_abseil_signal_handler_by_pid_names_the_signal() -> None:
+    """JAX / XLA (TPU) processes print abseil's handler with the sender's PID, not a time."""
+    log = (
+        "(EngineCore pid=41) INFO 11-02 19:41:08 [core.py:97] Initializing a V1 LLM engine\n"
+        "*** SIGTERM received by PID 41 (TID 41) on cpu 3, si_code=0, from PID 77; stack "
+        "trace: ***\n"
+        "PC: @     0x766f55b6e8ec  (unknown)  absl::synchronization_internal::FutexWaiter::Wait()\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+        "proc(s): {}\n"
+    )
+    d = diagnose(log)
+    assert (d.label, d.facts.get("signal")) == ("engine_killed", "SIGTERM")

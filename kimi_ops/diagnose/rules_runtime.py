@@ -297,6 +297,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Segfault encountered",
             "killed by signal",
             ") received by PID",
+            " received by PID",
             "Caught signal ",
             "Signal (",
             "OOMKilled",
@@ -329,7 +330,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal instruction|"
             r"Floating point exception) +\(core dumped\)",
             r"(?:received|got|with) (?P<signame>SIGKILL)\b",
-            r"\*\*\* (?P<signame>SIG[A-Z]+) received at time=",  # abseil failure handler
+            # abseil's failure handler (Ray, JAX / XLA): "*** SIGSEGV received at time=..",
+            # "*** SIGTERM received by PID 12 (TID 12) on cpu 3, si_code=0, from PID 9"
+            r"\*\*\* (?P<signame>SIG[A-Z]+) received (?:at time=|by PID \d+)",
             r"killed by signal: (?P<shell_signal>Killed|Segmentation fault|Aborted|Bus error|"
             r"Illegal instruction)",
             r"Signal (?P<signum>\d+) \((?P<signame>SIG[A-Z]+)\) received by PID",  # torchrun
