@@ -79,6 +79,16 @@ def _stop_signal(groups: Mapping[str, str]) -> bool:
     return name in ("SIGTERM", "SIGINT", "SIGHUP") or num in ("15", "2", "1")
 
 
+def _abort_signal(groups: Mapping[str, str]) -> bool:
+    """Do a kill line's groups name SIGABRT (an abort: ``Aborted``, 6, exit code 134)?"""
+    return (
+        groups.get("signame") == "SIGABRT"
+        or groups.get("signum") == "6"
+        or groups.get("shell_signal") == "Aborted"
+        or groups.get("exitcode") == "134"
+    )
+
+
 def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     """Turn the state into a diagnosis (see the module docstring for the order rules)."""
     ctx = _context_values(context)
@@ -108,6 +118,16 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             (r, h)
             for r, h in active
             if not (r.label == "engine_killed" and h.pos > first_exc and _stop_signal(h.groups))
+        ]
+    # SIGABRT is how a process ends on an uncaught C++ exception or a failed assert: after an
+    # error line (a CUDA error, an exception) it is that error's consequence, not the cause
+    errors = [h.pos for r, h in active if r.label != "engine_killed"]
+    floor = min([*errors, first_exc] if first_exc >= 0 else errors, default=-1)
+    if floor >= 0:
+        active = [
+            (r, h)
+            for r, h in active
+            if not (r.label == "engine_killed" and h.pos > floor and _abort_signal(h.groups))
         ]
     if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
         active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]
