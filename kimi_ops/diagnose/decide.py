@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from kimi_ops.diagnose.hints import (
@@ -68,6 +69,16 @@ def _fp8_in_kv_cache(st: _State, facts: Mapping[str, str], *, triton_type: bool 
     return not facts.get("quantization", "").lower().startswith("fp8")
 
 
+#: CUDA errors that are a kernel's fault, not a collective's (NCCL only reports them).
+_KERNEL_FAULT_RE = re.compile(
+    r"illegal memory access|device-side assert|misaligned address|illegal instruction|"
+    r"unspecified launch failure"
+)
+#: An NCCL / collective failure in NCCL's own words (its error codes, a timeout, HCCL, Gloo).
+_NCCL_OWN_ERROR_RE = re.compile(
+    r"(?i:nccl error|nccl(?:System|UnhandledCuda|Internal|InvalidUsage|Remote|InvalidArgument)"
+    r"|NCCL timeout|collective operation timeout|hccl|gloo|custom_all_reduce|NCCL INFO)"
+)
 #: Rules whose line names a dtype, not whose: they count only in the KV cache's context.
 _KV_DTYPE_BY_CONTEXT = frozenset({"float8_kv_dtype_mismatch", "kv_dtype_missing_in_torch"})
 
@@ -128,6 +139,15 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             (r, h)
             for r, h in active
             if not (r.label == "engine_killed" and h.pos > floor and _abort_signal(h.groups))
+        ]
+    fault = st.hits.get("cuda_runtime_error")
+    if fault is not None and _KERNEL_FAULT_RE.search(fault.groups.get("cuda_error", "")):
+        # a kernel fault (illegal memory access, device-side assert) is noticed and reported
+        # by the NCCL watchdog / torch.distributed too: it is the engine's error, not NCCL's
+        active = [
+            (r, h)
+            for r, h in active
+            if not (r.name == "nccl_error" and not _NCCL_OWN_ERROR_RE.search(h.text))
         ]
     if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
         active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]

@@ -10,11 +10,26 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "no_kernel_image",
         "unsupported_gpu",
         80,
-        ("no kernel image", "NoKernelImage", "invalid device function", "InvalidDeviceFunction"),
+        (
+            "no kernel image",
+            "NoKernelImage",
+            "invalid device function",
+            "InvalidDeviceFunction",
+            "Unsupported arch",
+            "Unsupported GPU arch",
+            "support .target sm_",
+            "supported arch was not in",
+        ),
         [
             r"no kernel image is available for execution on the device",
             r"cudaErrorNoKernelImageForDevice",
             r"(?:HIP|CUDA) error: invalid device function|hipErrorInvalidDeviceFunction",
+            # the same fact from a kernel library or a compiler: DeepGEMM's / CUTLASS's
+            # "Unsupported architecture", ptxas unable to target the GPU, an extension built
+            # without the GPU's arch ("a supported arch was not in the list of target arches")
+            r"(?:Error|error|Assertion)\b.*\bUnsupported (?:GPU )?arch(?:itecture)?\b",
+            r"does not support \.target (?P<sm_target>sm_\d+\w*)",
+            r"supported arch was not in the list of target arch",
         ],
         "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "
         "install a build compiled for its compute capability (Blackwell sm_120 needs CUDA "

@@ -226,6 +226,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "HCCL function error",
             "hccl api failed",
             "Gloo connectFullMesh failed",
+            "custom_all_reduce.cu",
+            "ncclCommWatchdog",
         ),
         [
             r"(?i:NCCL error)",
@@ -240,6 +242,11 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"HCCL function error|DIST call hccl api failed",
             # torch.distributed's Gloo backend (CPU side of the same collectives)
             r"Gloo connectFullMesh failed",
+            # vLLM's custom all-reduce (P2P / CUDA IPC between the GPUs) failing, other than
+            # by a kernel fault ("invalid argument": IPC handles refused)
+            r"custom_all_reduce\.cuh?:\d+ '(?P<nccl_detail>(?!an illegal memory access)[^']+)'",
+            # the NCCL watchdog's C++ exception (the process terminates on it)
+            r"Exception raised from ncclCommWatchdog\b",
         ],
         "NCCL (GPU-to-GPU communication) failed[[: {nccl_detail}]]. Run `fab clean-shm` "
         "(leaked /dev/shm segments from crashed runs break NCCL) and make sure /dev/shm is "
@@ -273,6 +280,22 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "profile's env), run `fab clean-shm`, and make sure /dev/shm is large enough.",
         "NCCL failure[[: {nccl_detail}]]",
         weak=True,
+    ),
+    _rule(
+        "nccl_error_trace",
+        "nccl_error",
+        38,
+        ("NCCL INFO",),
+        # NCCL_DEBUG=INFO's trace of an error code propagating up its calls ("init.cc:2257
+        # -> 1"): printed only when a call failed; NCCL's own WARN line, when the excerpt
+        # holds it, says more (nccl_warn_failure ranks higher)
+        [r"NCCL INFO \S+\.(?:cc|cu|h|cpp):\d+ -> (?P<nccl_code>[1-9]\d*)\s*$"],
+        "NCCL (GPU-to-GPU communication) returned an error code (NCCL_DEBUG trace: -> "
+        "{nccl_code}) while setting up or running a collective. Check the GPUs' peer-to-peer "
+        "support (`nvidia-smi topo -m`; on PCIe-only or virtualised hosts set "
+        "NCCL_P2P_DISABLE=1 in the profile's env), run `fab clean-shm`, and read the NCCL WARN "
+        "lines before the trace.",
+        "NCCL returned error code {nccl_code}",
     ),
     # --------------------------------------------------------------- engine_killed
     _rule(
@@ -467,6 +490,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "No CUDA GPUs are available",
             "forward compatibility was attempted",
             "cudaErrorInsufficientDriver",
+            "unsupported toolchain",
+            "cudaErrorUnsupportedPtxVersion",
         ),
         [
             r"CUDA driver version is insufficient",
@@ -475,6 +500,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"No CUDA GPUs are available",
             r"forward compatibility was attempted on non supported HW",
             r"cudaErrorInsufficientDriver",
+            # the driver is older than the compiler that built the kernels' PTX
+            r"provided PTX was compiled with an unsupported toolchain",
+            r"cudaErrorUnsupportedPtxVersion",
         ],
         "The GPU is not usable from this process: the NVIDIA driver is missing or older than "
         "the CUDA version of this PyTorch/vLLM build, or no GPU is visible "
