@@ -64,7 +64,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-e": ("8a4e54e", "fbc746e"),
     "blind-f": ("fbc746e", "7a3b070"),
     "blind-g": ("141aa01", "d53821d"),
-    "blind-h": ("5ceb302", None),
+    "blind-h": ("5ceb302", "0a3a53d"),
 }
 
 

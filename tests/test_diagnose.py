@@ -757,6 +757,8 @@ HEAD_SCAN_ONLY = {
     "016_bad_argument.log",
     "025_trust_remote_code.log",
     "037_kv_cache_dtype_unsupported.log",  # the fact kv_cache_dtype=fp8: its command line
+    # a user's retyping of the error ("oserror : ..."): a real log says "OSError:"
+    "model_not_found__model_not_found__config_json_missing_retyped.log",
 }
 
 

@@ -153,6 +153,8 @@ def _signal_facts(facts: dict[str, str]) -> None:
             facts.setdefault("killed_proc", "EngineCore")
             facts["signal_inferred"] = "true"
             facts["signal_note"] = "inferred: it exited without an exception or a stop request"
+    if facts.get("killer"):  # Ray's memory monitor named itself
+        facts.setdefault("signal_note", "Ray's memory monitor killed it: the host ran out of RAM")
     facts["signal"] = sig
 
 

@@ -184,7 +184,13 @@ _EXIT_RE = re.compile(
     r"\bCrashed container\b|\bCrashLoopBackOff\b|Back-off restarting failed container|"
     r"\bExited \([1-9]\d*\)|"
     r"Parent process exited, terminating worker|"  # the engine / API process is gone
-    r"\.(?:cuh?|hh?|hpp|cpp|cc)\(\d+\): error: "  # nvcc: a JIT kernel build failed
+    r"\.(?:cuh?|hh?|hpp|cpp|cc)\(\d+\): error: |"  # nvcc: a JIT kernel build failed
+    # C++ ends the process on an uncaught exception (std::terminate; Ray's handler logs it
+    # as "Unhandled exception: T. what(): ..."), and on a failed glog / Ray CHECK
+    r"^terminate called after throwing an instance of|\bUnhandled exception: \S+\. what\(\):|"
+    r"\bCheck failed: |An unexpected system state has occurred|"
+    # uvicorn could not bind its socket (any errno; 98 is port_in_use's): the server exits
+    r"\berror while attempting to bind on address\b"
 )
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
     {
@@ -203,6 +209,11 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "Back-off restarting",
         "Exited (",
         "Parent process exited",
+        "terminate called",
+        "Unhandled exception",
+        "Check failed",
+        "unexpected system state",
+        "attempting to bind",
     }
 )
 #: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.
@@ -399,6 +410,12 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "CCL INFO",  # ... and its trace of an error code ("init.cc:2257 -> 1")
     "Cuda error",  # vLLM's custom all-reduce: "Failed: Cuda error .../custom_all_reduce.cuh"
     "Exception raised from",  # a C++ (c10) exception's source (the NCCL watchdog's)
+    "Unhandled exception",  # Ray's terminate handler
+    "what(): ",  # std::terminate's account of the uncaught C++ exception
+    "Check failed",  # glog / Ray CHECK
+    "Please report this issue",  # Ray's "An unexpected system state has occurred" (CHECK)
+    "Workers (tasks",  # Ray's memory monitor: "2 Workers (tasks / actors) killed due to ..."
+    "Memory on the node",  # ... "Memory on the node (IP: ..) .. Ray killed this worker"
     "Parent process exited",
     # a container runtime / orchestrator reporting the server's container dead
     "Crashed container",

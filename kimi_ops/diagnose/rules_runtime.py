@@ -331,6 +331,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Illegal instruction",
             "Floating point exception",
             "Memory access fault by GPU",
+            "killed due to memory pressure",
+            "Ray killed this worker",
         ),
         [
             r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
@@ -361,6 +363,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"Signal (?P<signum>\d+) \((?P<signame>SIG[A-Z]+)\) received by PID",  # torchrun
             r"\bOOMKilled\b|Exit Code:\s+(?P<exitcode>13[2-79])\b",  # Kubernetes
             r"(?P<shell_signal>Segfault) encountered",  # torch's c10 handler
+            # Ray's memory monitor kills workers (SIGKILL) when the host runs out of RAM
+            r"(?P<killer>Workers? \(tasks / actors\) killed due to memory pressure) \(OOM\)",
+            r"exceeds the memory usage threshold of [\d.]+\.\s*(?P<killer>Ray killed this worker)",
         ],
         "{signal_hint}",
         "[[{killed_proc}||a vLLM process]] {signal_verb} {signal}",

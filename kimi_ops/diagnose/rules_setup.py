@@ -164,12 +164,14 @@ SETUP_RULES: tuple[Rule, ...] = (
         "error_names_option",
         "bad_argument",
         20,
-        ("Error",),
+        ("Error", "Value error, ", "Assertion failed, "),
         # the engine's validation refusing a setting names the option to change ("... is
         # larger than max_num_batched_tokens (4096). Please increase max_num_batched_tokens.");
         # any more specific cause (memory, KV cache, dtype) outranks this
         [
-            r"^(?:[\w.]+\.)?(?:Value|Assertion|Validation|NotImplemented|Runtime|Type)Error\b"
+            # an exception line, or pydantic's "Value error, ..." / "Assertion failed, ..."
+            r"^\s*(?:(?:[\w.]+\.)?(?:Value|Assertion|Validation|NotImplemented|Runtime|Type)Error\b"
+            r"|Value error, |Assertion failed, )"
             r".*?\b(?:[Pp]lease|[Tt]ry|[Cc]onsider|[Yy]ou (?:can|may|should|need to|must))\s+"
             r"(?:to\s+)?(?:increas|decreas|reduc|lower|rais|set|specify|pass|enabl|disabl|adjust"
             r"|chang)\w*\s+(?:the\s+|your\s+)?(?:value\s+of\s+)?[`'\"]?"
@@ -385,7 +387,7 @@ SETUP_RULES: tuple[Rule, ...] = (
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
-            r"^[\w.]*(?:Error|Exception)\b.*?(?:(?P<model>\S+) )?does not appear to have a file "
+            r"(?:^|\s)(?:(?P<model>[\w.\-/]+) )?does not appear to have a file "
             r"named (?P<missing_file>(?:config|params)\.json|[\w.\-]+\.(?:safetensors|bin|gguf))",
             r"^(?:[\w.]+\.)?HFValidationError\b",
             r"Repo id must (?:be in the form|use alphanumeric)",
