@@ -627,3 +627,21 @@ def test_abseil_signal_handler_by_pid_names_the_signal() -> None:
     )
     d = diagnose(log)
     assert (d.label, d.facts.get("signal")) == ("engine_killed", "SIGTERM")
+
+
+def test_a_log_record_prefix_with_a_mangled_bracket_is_stripped() -> None:
+    line = (
+        "(APIServer pid=1) ERROR 10-20 03:20:50 [serving_chat.py:1136[]   File "
+        '"/x/vllm/v1/engine/async_llm.py", line 392, in generate'
+    )
+    assert clean_line(line) == '  File "/x/vllm/v1/engine/async_llm.py", line 392, in generate'
+
+
+def test_a_crash_before_a_restart_stands_until_the_new_run_gets_further() -> None:
+    """A restart loop: vLLM's own exception, then a new run that has only just begun."""
+    log = (
+        "ValueError: Invalid repository ID or local directory specified: '/models'.\n"
+        "INFO 04-29 07:18:01 [__init__.py:239] Automatically detected platform cuda.\n"
+        "INFO 04-29 07:18:08 [api_server.py:1043] vLLM API server version 0.8.5\n"
+    )
+    assert diagnose(log).label == "model_not_found"

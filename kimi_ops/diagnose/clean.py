@@ -32,7 +32,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
         (?::[ ]+
           |[ ]+(?=\d\d-\d\d[ ]|\d{4}-\d\d|\[[\w.\-/]+\.py:\d+\]|[\w.\-/]+\.py:\d+\]))
         (?:\d{2,4}-\d\d(?:-\d\d)?[ ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?[ ]+)?  # ... timestamp
-        (?:\[?[\w.\-/]+\.py:\d+\][ ]?)?                               # ... [file.py:12]
+        (?:\[?[\w.\-/]+\.py:\d+\[?\][ ]?)?                 # ... [file.py:12] ("12[]" pasted)
     )+""",
     re.X,
 )

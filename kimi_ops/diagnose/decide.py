@@ -285,6 +285,13 @@ def _generic_unknown(
         evidence.append(root.text)
     what = main.text.strip() if main is not None else "the process stopped"
     values = {**ctx, **facts, "what": _truncate(what, 300)}
+    if engine and st.last_exc is not None and st.last_exc.pos > st.last_progress_pos:
+        # vLLM's exception, then a process exit ("Parent process exited", a container's
+        # exit code): the exit is the exception's consequence
+        main = st.last_exc
+        if main.text not in evidence:
+            evidence.insert(0, main.text)
+        values["what"] = _truncate(main.text.strip(), 300)
     if engine and main is not None and main is st.last_exc:
         facts["signature"] = "vllm_traceback"
         first = root.text if root is not None else main.text
