@@ -407,6 +407,7 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Caught signal",  # UCX's handler
     "Signal (",  # tritonserver's handler
     "CCL WARN",  # NCCL_DEBUG's account of a failure
+    "CCL_ERROR",  # Intel oneCCL's error records
     "CCL INFO",  # ... and its trace of an error code ("init.cc:2257 -> 1")
     "Cuda error",  # vLLM's custom all-reduce: "Failed: Cuda error .../custom_all_reduce.cuh"
     "Exception raised from",  # a C++ (c10) exception's source (the NCCL watchdog's)

@@ -172,6 +172,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"Failure|HbmOom)|.*\b[Oo]ut of memory\b)",
             r"(?i:(?:cuda|hip)(?: driver)? error: out of memory)",
             r"OutOfMemoryError: (?:CUDA|HIP)",
+            # torch's own OOM exception type, whatever vLLM wrapped its message in ("Error in
+            # model execution ..."); Ray's OutOfMemoryError (host RAM) is not torch's
+            r"\btorch\.(?:cuda\.)?OutOfMemoryError\b",
             r"(?i:cuda failure \d* ?'out of memory')",
             r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
         ],
@@ -228,6 +231,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Gloo connectFullMesh failed",
             "custom_all_reduce.cu",
             "ncclCommWatchdog",
+            "|CCL_ERROR|",
         ),
         [
             r"(?i:NCCL error)",
@@ -242,6 +246,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"HCCL function error|DIST call hccl api failed",
             # torch.distributed's Gloo backend (CPU side of the same collectives)
             r"Gloo connectFullMesh failed",
+            # Intel's oneCCL (XPU), NCCL's counterpart: "|CCL_ERROR| exchange_utils.cpp:202 .."
+            r"\|CCL_ERROR\|",
             # vLLM's custom all-reduce (P2P / CUDA IPC between the GPUs) failing, other than
             # by a kernel fault ("invalid argument": IPC handles refused)
             r"custom_all_reduce\.cuh?:\d+ '(?P<nccl_detail>(?!an illegal memory access)[^']+)'",

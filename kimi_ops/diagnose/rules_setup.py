@@ -366,6 +366,8 @@ SETUP_RULES: tuple[Rule, ...] = (
         (
             "Invalid repository ID",
             "does not appear to have a file named",
+            "NotExistError",
+            "failed to access model",
             "HFValidationError",
             "Repo id must",
             "RepositoryNotFoundError",
@@ -396,6 +398,9 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"40[13] Client Error.*huggingface",
             r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
             r"40[134] Client Error.*modelscope\.cn/api/v1/models/",
+            # ModelScope's hub: no such model / revision, or a private one without a token
+            r"\bNotExistError\b.*\b(?:model|revision)",
+            r"failed to access model\b.*\bmay not exist or may be\s+private",
             r"GatedRepoError|Cannot access gated repo|Access to model \S+ is restricted",
             r"Can't load the configuration of '(?P<model>[^']+)'",
             r"Incorrect path_or_model_id:? '(?P<model>[^']+)'",
