@@ -645,3 +645,24 @@ def test_a_crash_before_a_restart_stands_until_the_new_run_gets_further() -> Non
         "INFO 04-29 07:18:08 [api_server.py:1043] vLLM API server version 0.8.5\n"
     )
     assert diagnose(log).label == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        # a log viewer's "timestamp | " column (docker desktop, many shippers)
+        ("2025-04-29 22:14:28.456 | ValueError: bad", "ValueError: bad"),
+        # syslog / journald escape ESC as #033
+        (
+            "#033[2m#033[33m(raylet)#033[0m node_manager.cc:3007: 2 Workers",
+            "(raylet) node_manager.cc:3007: 2 Workers",
+        ),
+        # a bold process prefix behind another prefix
+        (
+            "vllm-1  | **(VllmWorker TP0 pid=7)** ERROR 08-05 07:31:10 [a.py:5] KeyError: 'x'",
+            "KeyError: 'x'",
+        ),
+    ],
+)
+def test_more_decorations_are_stripped(raw: str, clean: str) -> None:
+    assert clean_line(raw) == clean

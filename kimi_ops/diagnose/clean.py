@@ -7,17 +7,19 @@ import re
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 #: Colour codes pasted in caret notation (``^[[0;36m``), as terminals copy them.
 _CARET_ANSI_RE = re.compile(r"\^\[\[[0-?]*[ -/]*[@-~]")
-#: Colour codes whose ESC byte a paste spelled out (``ESC[1;36m``, ``\x1b[0m``, ``\033[0m``) or
-#: lost (`` [36m``): only SGR codes (digits and ``;`` then ``m``), so ``[5m]`` text stays.
+#: Colour codes whose ESC byte a paste spelled out (``ESC[1;36m``, ``\x1b[0m``, ``\033[0m``,
+#: syslog's ``#033[0m``) or lost (`` [36m``): only SGR codes (digits and ``;`` then ``m``),
+#: so ``[5m]`` text stays.
 _LITERAL_ANSI_RE = re.compile(
-    r"(?:ESC|\\x1[bB]|\\033|\\e|\\u001[bB])?\[(?:\d{1,3};)*\d{1,3}m(?!\])"
+    r"(?:ESC|\\x1[bB]|\\033|#033|\\e|\\u001[bB])?\[(?:\d{1,3};)*\d{1,3}m(?!\])"
 )
-_BOLD_PREFIX_RE = re.compile(r"^\s*\*\*(\([^()]*pid=\d+[^()]*\))\*\*")
+_BOLD_PREFIX_RE = re.compile(r"\*\*(\([^()]*pid=\d+[^()]*\))\*\*")
 _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
     r"""^(?:
         [ \t]*>+[ ]?                                          # markdown quote
       | (?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?                  # docker compose "svc-1  | "
       | \[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
+        (?:\|[ ]?)?                                          # ... "ts | " (log viewers)
       | \w{3,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
       | [│┃][ ]*                                              # k9s / kubectl box border
       | \[pod/[\w.\-]+/[\w.\-]+\][ ]                          # kubectl logs --prefix

@@ -1,0 +1,70 @@
+"""Decoration does not change a diagnosis: every real corpus excerpt, re-wrapped the way log
+viewers and pastes wrap lines, gets the label it gets bare.
+
+The real excerpts in ``tests/fixtures/corpus`` come with whatever decoration their source had;
+the same log reaches users through docker compose, ``kubectl logs --prefix``, timestamping
+log shippers, markdown quotes and k9s. A rule that only works on one decoration is fitted to
+it, so each excerpt is decorated line by line and diagnosed again.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kimi_ops.diagnose import diagnose
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
+
+#: Each prefixes every line, as the tool in its name does.
+DECORATIONS: dict[str, Callable[[str], str]] = {
+    "compose": lambda line: "vllm-1  | " + line,
+    "kubectl": lambda line: "[pod/vllm-0/vllm] " + line,
+    "shipper": lambda line: "2026-01-01T00:00:00.123456789Z " + line,
+    "viewer": lambda line: "2026-01-01 00:00:00.123 | " + line,
+    "quote": lambda line: "> " + line,
+}
+
+#: Pastes hard-wrapped at a terminal's width: a viewer would prefix the whole logical line
+#: once, not each wrapped piece, so prefixing every physical line is no real decoration.
+HARD_WRAPPED = {
+    "engine_killed__h216_raylet_memory_pressure_oom_workers_killed_colour.log",
+    "quantization_unsupported__d423_odysseus_pascal_compressed_tensors_pydantic_quoted.log",
+    "kv_cache_insufficient__f209_v1_qwen36_27b_200k_to_serve_wrapped.log",
+    "kv_cache_insufficient__b116_arc_b70_v1_kv_needed_wrapped.log",
+    "kv_cache_insufficient__a004_intel_arc_b70_kv_bytes_too_small.log",
+    "kv_cache_dtype_unsupported__f212_v1_gemma4_turboquant_backend_kv_dtype_rejected.log",
+    "kv_cache_dtype_unsupported__a063_rdna3_fp8kv_prefix_caching_triton_v0.log",
+}
+
+
+def _excerpts() -> list[Path]:
+    names: list[str] = []
+    for index in sorted((CORPUS / "index").glob("*.tsv")):
+        with index.open(encoding="utf-8", newline="") as fh:
+            names += [row["file"] for row in csv.DictReader(fh, delimiter="\t")]
+    return [CORPUS / "logs" / n for n in names if n not in HARD_WRAPPED]
+
+
+def test_the_hard_wrapped_list_names_real_excerpts() -> None:
+    for name in HARD_WRAPPED:
+        assert (CORPUS / "logs" / name).is_file(), name
+
+
+@pytest.mark.parametrize("name", sorted(DECORATIONS))
+def test_decorating_every_line_keeps_every_label(name: str) -> None:
+    decorate = DECORATIONS[name]
+    changed = []
+    paths = _excerpts()
+    assert len(paths) > 500
+    for path in paths:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        bare = diagnose(text).label
+        dressed = "".join(decorate(line) for line in text.splitlines(keepends=True))
+        got = diagnose(dressed).label
+        if got != bare:
+            changed.append(f"{path.name}: {bare} -> {got}")
+    assert not changed, "\n".join(changed)
