@@ -88,6 +88,8 @@ _RUN_START = "vLLM API server version"
 #: by an engine that is running requests.
 _FREQ_HEALTHY: tuple[str, ...] = (
     "Avg prompt throughput",
+    "Prefix cache hit rate: ",  # V0 prints it on its own line
+    "Speculative metrics: ",  # V0's speculative decoding
     'HTTP/1.1" 200',
     "is preempted by PreemptionMode",
     "Processed prompts:",
@@ -177,7 +179,7 @@ _EXC_RE = re.compile(  # indented when pasted in a document or a chained traceba
 )
 _EXIT_RE = re.compile(
     r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
-    r"Failed to start (?:the )?(?:model )?server|^The actor (?:is dead|died)\b|"
+    r"Failed to start (?:the )?(?:model )?server|(?:^|: )The actor (?:is dead|died)\b|"
     r"\bprocess terminated unexpectedly\b|"  # a launcher's word for a vanished server
     r"\bWorker exit type: (?!INTENDED)[A-Z_]+|"  # Ray: a worker process died
     # a container runtime / orchestrator: the server's container died (cause not shown)
@@ -190,7 +192,9 @@ _EXIT_RE = re.compile(
     r"^terminate called after throwing an instance of|\bUnhandled exception: \S+\. what\(\):|"
     r"\bCheck failed: |An unexpected system state has occurred|"
     # uvicorn could not bind its socket (any errno; 98 is port_in_use's): the server exits
-    r"\berror while attempting to bind on address\b"
+    r"\berror while attempting to bind on address\b|"
+    # Ray: a node (and the vLLM workers on it) declared dead by the cluster
+    r"\b(?:has been|was|mistakenly been) marked (?:as )?dead\b|\bRAYLET_MARKED_DEAD\b"
 )
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
     {
@@ -214,6 +218,9 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "Check failed",
         "unexpected system state",
         "attempting to bind",
+        "marked dead",
+        "marked as dead",
+        "MARKED_DEAD",
     }
 )
 #: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.
@@ -414,6 +421,7 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Unhandled exception",  # Ray's terminate handler
     "what(): ",  # std::terminate's account of the uncaught C++ exception
     "Check failed",  # glog / Ray CHECK
+    "MARKED_DEAD",  # Ray's event log: a node declared dead
     "Please report this issue",  # Ray's "An unexpected system state has occurred" (CHECK)
     "Workers (tasks",  # Ray's memory monitor: "2 Workers (tasks / actors) killed due to ..."
     "Memory on the node",  # ... "Memory on the node (IP: ..) .. Ray killed this worker"

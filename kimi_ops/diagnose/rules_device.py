@@ -161,6 +161,20 @@ DEVICE_RULES: tuple[Rule, ...] = (
         ],
     ),
     _rule(
+        "no_attention_backend",
+        "unsupported_gpu",
+        74,
+        ("No valid attention backend",),
+        # the selector found no backend for this model's attention (MLA, sparse, head size,
+        # sinks) on this device; a KV-cache dtype among its reasons is no_backend_for_kv_dtype's
+        [r"No valid attention backend found for (?P<platform>\w+)"],
+        "No attention backend of this vLLM[[ ({vllm_version})]] runs this model's attention on "
+        "this[[ {platform}]] device (MLA, sparse attention and attention sinks need specific "
+        "GPU generations; the error lists each backend's reasons). Use a GPU the model's "
+        "attention has a backend for, a vLLM version that adds one, or another model.",
+        "no attention backend for this model on this device",
+    ),
+    _rule(
         "torch_arch_incompatible",
         "unsupported_gpu",
         75,
@@ -186,6 +200,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "quantization is currently not supported",
             "quantization is not supported",
             "Unknown quantization method",
+            "compatible scheme was found",
             "with arguments from the",
             "for quantization method",
             "-bit weight quantization is supported",
@@ -202,6 +217,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
             r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
             r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
+            # compressed-tensors found no scheme that runs the checkpoint here
+            r"No (?P<quantization>compressed-tensors) compatible scheme was found",
             # a quantized-MoE kernel backend refusing the device ("NvFp4 MoE backend
             # 'FLASHINFER_CUTLASS' does not support the deployment configuration since kernel
             # does not support current device")
@@ -234,12 +251,34 @@ DEVICE_RULES: tuple[Rule, ...] = (
         exclude=[r"(?i:compute capability|capability[:<>])"],  # quantization_needs_newer_gpu
     ),
     _rule(
+        "model_quantization_unsupported",
+        "quantization_unsupported",
+        84,
+        ("quantization yet", "quantization is not supported for"),
+        [
+            r"(?:[Mm]odel|[Aa]rchitecture) (?P<model_class>\w+) does not support "
+            r"(?P<quantization>[\w\-]+) quantization yet",
+            r"(?P<quantization>[\w\-]+) quantization is not supported for (?P<model_class>\w+"
+            r"For\w+)",
+        ],
+        "vLLM's implementation of this model[[ ({model_class})]] does not support "
+        "{quantization} quantization[[ in vLLM {vllm_version}]]: serve a checkpoint in another "
+        "format (unquantized, or a quantization the model lists), or a vLLM version that adds it.",
+        "{quantization} quantization not supported for this model[[ ({model_class})]]",
+    ),
+    _rule(
         "fp8_type_unsupported_arch",
         "quantization_unsupported",
         83,
-        ("not supported in this architecture", "data type is not supported on CUDA arch"),
+        (
+            "not supported in this architecture",
+            "data type is not supported on CUDA arch",
+            "not supported (only '",
+        ),
         [
             r"type (?P<fp8_type>fp8\w+) not supported in this architecture",
+            # Triton on ROCm: "type fp8e4nv not supported (only 'fp8e5')"
+            r"type (?P<fp8_type>fp8\w+) not supported \(only '",
             # Triton < 3.x: an assertion in its type conversion
             r"(?P<fp8_type>fp8\w+) data type is not supported on CUDA arch",
         ],

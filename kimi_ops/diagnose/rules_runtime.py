@@ -231,6 +231,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Gloo connectFullMesh failed",
             "custom_all_reduce.cu",
             "ncclCommWatchdog",
+            "watchdog thread terminated",
             "|CCL_ERROR|",
         ),
         [
@@ -252,7 +253,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # by a kernel fault ("invalid argument": IPC handles refused)
             r"custom_all_reduce\.cuh?:\d+ '(?P<nccl_detail>(?!an illegal memory access)[^']+)'",
             # the NCCL watchdog's C++ exception (the process terminates on it)
-            r"Exception raised from ncclCommWatchdog\b",
+            r"Exception raised from ncclCommWatchdog\b|ProcessGroupNCCL::ncclCommWatchdog\(\)",
+            r"(?:NCCL|Process group) watchdog thread terminated with exception",
         ],
         "NCCL (GPU-to-GPU communication) failed[[: {nccl_detail}]]. Run `fab clean-shm` "
         "(leaked /dev/shm segments from crashed runs break NCCL) and make sure /dev/shm is "
@@ -420,6 +422,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Worker failed with error",
             "EngineDeadError",
             "EngineCore encountered",
+            "EngineCore hit an exception",
             "Background loop has errored",
             "Engine loop has died",
             "is already dead",
@@ -440,7 +443,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"WorkerProc (?:failed to start|initialization failed|hit an exception)",
             r"Worker failed with error",
             r"EngineDeadError",
-            r"EngineCore encountered (?:a fatal error|an issue)",
+            r"EngineCore (?:encountered (?:a fatal error|an issue)|hit an exception)",
             r"Background loop has errored already",
             r"Engine loop has died",
             r"MQLLMEngine is already dead",
@@ -458,6 +461,20 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "context.",
         "engine died[[: {root_cause}]]",
         exclude=[r"[Aa]ctor died"],  # a Ray actor of another framework, not vLLM's engine
+    ),
+    _rule(
+        "engine_actor_died",
+        "engine_dead_other",
+        5,
+        ("raised in its creation task",),
+        # vLLM's own engine / workers as Ray actors (0.1 .. 0.x) dying while being created
+        [
+            r"actor died because of an error raised in its creation task, "
+            r"ray::(?P<killed_proc>(?:LLMEngine|_?AsyncLLMEngine|RayWorker\w*|EngineCore\w*)\b)"
+        ],
+        "vLLM's {killed_proc} (a Ray actor) died while starting[[ - first error: {root_cause}]]:"
+        " read the exception Ray prints after this line (or the actor's log on its node).",
+        "{killed_proc} actor died while starting[[: {root_cause}]]",
     ),
     _rule(
         "engine_traceback",
@@ -478,10 +495,11 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "no_gpu_platform",
         "unknown",
         3,
-        ("UnspecifiedPlatform", "Failed to infer device type"),
+        ("UnspecifiedPlatform", "Failed to infer device type", "No supported device detected"),
         [
             r"No platform detected, vLLM is running on UnspecifiedPlatform",
             r"Failed to infer device type",
+            r"No supported device detected",  # vLLM <= 0.2's DeviceConfig
         ],
         "vLLM found no usable GPU platform (UnspecifiedPlatform): the vLLM install is broken "
         "or incomplete (package metadata missing), or no NVIDIA GPU/driver is visible to the "

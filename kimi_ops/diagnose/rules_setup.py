@@ -104,6 +104,22 @@ SETUP_RULES: tuple[Rule, ...] = (
         "tensor_parallel_size too large for the FP8 block size[[ ({block})]]",
     ),
     _rule(
+        "forced_backend_invalid",
+        "bad_argument",
+        92,
+        ("is not valid for this configuration",),
+        # the backend the user forced (VLLM_ATTENTION_BACKEND, --attention-backend) cannot
+        # run this model / GPU; a KV-cache dtype reason is no_backend_for_kv_dtype's (higher)
+        [
+            r"Selected backend (?:AttentionBackendEnum\.|_Backend\.)?(?P<backend>\w+) is not "
+            r"valid for this configuration\.?(?: Reason: (?P<reason>.+))?"
+        ],
+        "The attention backend forced in the profile ({backend}, by VLLM_ATTENTION_BACKEND or "
+        "--attention-backend) cannot run this configuration[[: {reason}]]. Remove it from the "
+        "profile's env / extra_args[[ (now: {extra_args})]] so vLLM picks a backend that can.",
+        "forced attention backend {backend} not valid here",
+    ),
+    _rule(
         "unexpected_engine_kwarg",
         "bad_argument",
         96,

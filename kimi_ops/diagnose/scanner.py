@@ -330,6 +330,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         stage, progress, text, run_start = ev[2], ev[3], ev[4], ev[5]
         if len(ev) > 6 and _traffic_after_exit(st):
             return
+        if progress and progress.startswith("0/") and st.last_crash_pos > st.last_progress_pos:
+            return  # a progress bar at 0 flushed after the crash: nothing progressed
         if run_start:  # a new server run: the previous run's "up" / shutdown are history
             st.stage, st.progress = stage, None
             st.healthy_pos, st.healthy_text, st.shutdown_pos = -1, None, -1
