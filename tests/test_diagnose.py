@@ -759,6 +759,9 @@ HEAD_SCAN_ONLY = {
     "037_kv_cache_dtype_unsupported.log",  # the fact kv_cache_dtype=fp8: its command line
     # a user's retyping of the error ("oserror : ..."): a real log says "OSError:"
     "model_not_found__model_not_found__config_json_missing_retyped.log",
+    # Ray's GCS text line "... has been marked dead because ..." (its event log's JSON form
+    # holds the trigger MARKED_DEAD): found in the head only
+    "unknown__none__ray_node_marked_dead.log",
 }
 
 
