@@ -65,7 +65,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-f": ("fbc746e", "7a3b070"),
     "blind-g": ("141aa01", "d53821d"),
     "blind-h": ("5ceb302", "0a3a53d"),
-    "blind-i": ("a4b41fd", None),
+    "blind-i": ("a4b41fd", "2b74ca0"),
 }
 
 
