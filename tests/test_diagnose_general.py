@@ -666,3 +666,14 @@ def test_a_crash_before_a_restart_stands_until_the_new_run_gets_further() -> Non
 )
 def test_more_decorations_are_stripped(raw: str, clean: str) -> None:
     assert clean_line(raw) == clean
+
+
+def test_no_kernel_image_is_the_quantization_s_only_inside_quantization_code() -> None:
+    tail = "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    unquantized = (
+        '  File "/venv/lib/python3.10/site-packages/vllm/model_executor/layers/linear.py", '
+        "line 191, in apply\n    return F.linear(x, layer.weight, bias)\n"
+    )
+    assert diagnose(unquantized + tail).label == "unsupported_gpu"
+    gptq = unquantized.replace("layers/linear.py", "layers/quantization/gptq.py")
+    assert diagnose(gptq + tail).label == "quantization_unsupported"

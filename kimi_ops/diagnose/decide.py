@@ -17,7 +17,7 @@ from kimi_ops.diagnose.hints import (
 )
 from kimi_ops.diagnose.markers import _ATTN_KERNEL_RE, _QUANT_KERNEL_RE
 from kimi_ops.diagnose.model import _STAGE_DESC, FAILURE_LABELS, STAGES, Diagnosis, Rule
-from kimi_ops.diagnose.rules import _FP8_ARCH_KV_RULE, RULES
+from kimi_ops.diagnose.rules import _FP8_ARCH_KV_RULE, _NO_KERNEL_IMAGE_QUANT_RULE, RULES
 from kimi_ops.diagnose.scanner import _Hit, _Line, _State, _truncate
 
 
@@ -79,6 +79,14 @@ _NCCL_OWN_ERROR_RE = re.compile(
     r"(?i:nccl error|nccl(?:System|UnhandledCuda|Internal|InvalidUsage|Remote|InvalidArgument)"
     r"|NCCL timeout|collective operation timeout|hccl|gloo|custom_all_reduce|NCCL INFO)"
 )
+
+
+def _in_quant_code(st: _State) -> bool:
+    """Did the failing traceback end in weight-quantization / GEMM code (not attention)?"""
+    quant = st.last_quant_code_pos
+    return quant > st.healthy_pos and quant > st.last_attn_frame_pos
+
+
 #: Rules whose line names a dtype, not whose: they count only in the KV cache's context.
 _KV_DTYPE_BY_CONTEXT = frozenset({"float8_kv_dtype_mismatch", "kv_dtype_missing_in_torch"})
 
@@ -176,6 +184,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             st, facts, triton_type=True
         ):
             rule = _FP8_ARCH_KV_RULE
+        if rule.name == "no_kernel_image" and _in_quant_code(st):
+            rule = _NO_KERNEL_IMAGE_QUANT_RULE
         groups: dict[str, str] = {}
         for h in same:
             for k, v in h.groups.items():

@@ -316,6 +316,8 @@ _ATTN_FRAME_RE = re.compile(
     r"(?i:/attention/|attn|/mla/|_mla\b|\bmla_|kv_?cache|paged_attention|prefix_prefill)"
 )
 _QUANT_FRAME_RE = re.compile(r"(?i:/quantization/|fused_moe|scaled_mm|gemm|matmul|/linear\.py)")
+#: ... of which frames in quantization code proper (not an unquantized linear layer's GEMM)
+_QUANT_CODE_RE = re.compile(r"(?i:/quantization/|scaled_mm|gptq|awq|marlin|gguf|bitsandbytes)")
 #: Triton kernel names (the ``def kernel(`` a CompilationError echoes) of either kind.
 #: vLLM's Triton attention kernels: ``_fwd_kernel`` (prefix_prefill), ``_fwd_kernel_stage1`` /
 #: ``_fwd_grouped_kernel_stage1`` (decode), ``kernel_unified_attention_2d``,

@@ -24,3 +24,15 @@ _FP8_ARCH_KV_RULE = replace(
     "patch-kv-config` if the checkpoint asks for an FP8 KV cache (kv_cache_scheme).",
     summary="FP8 KV cache ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
 )
+#: ``no_kernel_image`` when the kernel without a build for this GPU is a quantized one (the
+#: deepest traceback frame is in quantization / GEMM code: ``gptq_gemm``, ``scaled_mm``...):
+#: the checkpoint's quantization has no kernel here, and the fix is another checkpoint format.
+_NO_KERNEL_IMAGE_QUANT_RULE = replace(
+    _RULE_BY_NAME["no_kernel_image"],
+    label="quantization_unsupported",
+    hint="The quantized kernel the checkpoint needs has no build for this GPU[[ {gpu}]][[ "
+    "(sm_{sm})]] (no kernel image, in quantization code): serve a checkpoint in a format this "
+    "GPU runs (unquantized, or a quantization its build lists), or use a vLLM build or GPU "
+    "with a kernel for it.",
+    summary="no quantized-kernel image for this GPU",
+)

@@ -25,6 +25,7 @@ from kimi_ops.diagnose.markers import (
     _NATIVE_FRAME_RE,
     _NEWLINE,
     _PROGRESS_RE,
+    _QUANT_CODE_RE,
     _QUANT_FRAME_RE,
     _RUN_START,
     _SHUTDOWN_KEYWORDS,
@@ -186,6 +187,7 @@ class _State:
         "last_vllm_frame_pos",
         "last_attn_frame_pos",
         "last_quant_frame_pos",
+        "last_quant_code_pos",
         "tail",
         "tail_provisional",
     )
@@ -214,6 +216,7 @@ class _State:
         self.last_vllm_frame_pos = -1  # a traceback frame in vLLM's own code
         self.last_attn_frame_pos = -1  # ... in attention / KV-cache code
         self.last_quant_frame_pos = -1  # ... in weight-quantization / GEMM / MoE code
+        self.last_quant_code_pos = -1  # ... in vLLM's quantization code proper
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -419,6 +422,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.last_attn_frame_pos = pos
         elif _QUANT_FRAME_RE.search(ev[2]):
             st.last_quant_frame_pos = pos
+            if _QUANT_CODE_RE.search(ev[2]):
+                st.last_quant_code_pos = pos
         st.last_crash_pos = max(st.last_crash_pos, pos)
 
 
