@@ -219,6 +219,53 @@ def test_verify_is_ready_only_after_the_chat_completion_answers() -> None:
     assert offsets[:3] == [1, 1, len(READY_LOG) + 1]
 
 
+def _poll_launch(chunk: str, size: int, launch_id: str = "L1") -> Reply:
+    encoded = base64.b64encode(chunk.encode()).decode()
+    head = f"pid=7\nargs={SERVER}\nlaunch_id={launch_id}\n"
+    return Reply(f"{head}size={size}\nread={len(chunk.encode())}\n@@log\n{encoded}")
+
+
+ANSWERS = (
+    '{"health": 200, "models_status": 200, "models": ["kimi-k2.5"], "chat_status": 200,'
+    ' "answer": "Hi", "error": ""}'
+)
+
+
+def test_verify_rechecks_the_lock_before_reporting_ready_and_fails_if_it_was_lost() -> None:
+    """The probe answered, but the re-check poll (run through the lock guard like a mutating
+    command) finds another run holds the lock: verify fails, it never reports ready."""
+    from tasks.lock import LOST, LOST_STATUS, LockGuard
+
+    conn = ScriptedConnection()
+    lost = Reply(stderr=f"{LOST} holder=other token=T2 remote_pid=4242\n", exited=LOST_STATUS)
+    conn.on(r"@@log", _poll_launch(READY_LOG, len(READY_LOG)), lost)
+    conn.on(r"kimi_probe\.py", Reply(ANSWERS))
+    host = _host(conn)
+    host.guard = LockGuard(host, "/srv/kimi", "T1")
+    with pytest.raises(StepFailed) as info:
+        steps.verify(
+            host, PROFILE, Reporter(quiet=True), sleep=lambda s: None, expect_launch_id="L1"
+        )
+    assert "lost the deployment lock" in str(info.value)
+    first, recheck = conn.ran(r"@@log")
+    assert "token=T1" not in first  # the first poll is a read: not guarded
+    assert "token=T1" in recheck and recheck.index("token=T1") < recheck.index("@@log")
+
+
+def test_verify_with_the_lock_held_reports_ready_after_the_recheck() -> None:
+    from tasks.lock import LockGuard
+
+    conn = ScriptedConnection()
+    conn.on(r"@@log", _poll_launch(READY_LOG, len(READY_LOG)), _poll_launch("", len(READY_LOG)))
+    conn.on(r"kimi_probe\.py", Reply(ANSWERS))
+    host = _host(conn)
+    host.guard = LockGuard(host, "/srv/kimi", "T1")
+    res = steps.verify(
+        host, PROFILE, Reporter(quiet=True), sleep=lambda s: None, expect_launch_id="L1"
+    )
+    assert res.status is Status.OK and len(conn.ran(r"@@log")) == 2
+
+
 def test_verify_reports_a_crash_with_label_evidence_and_hint() -> None:
     crash = (
         "INFO 12-02 10:00:00 [api_server.py:1] vLLM API server version 0.17.1\n"
