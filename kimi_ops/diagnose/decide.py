@@ -82,7 +82,7 @@ _NCCL_OWN_ERROR_RE = re.compile(
 
 
 def _in_quant_code(st: _State) -> bool:
-    """Did the failing traceback end in weight-quantization / GEMM code (not attention)?"""
+    """Did the failing traceback run last through vLLM's quantization code (not attention)?"""
     quant = st.last_quant_code_pos
     return quant > st.healthy_pos and quant > st.last_attn_frame_pos
 
@@ -108,6 +108,40 @@ def _abort_signal(groups: Mapping[str, str]) -> bool:
     )
 
 
+def _without_consequences(
+    st: _State, active: list[tuple[Rule, _Hit]], root: _Line | None
+) -> list[tuple[Rule, _Hit]]:
+    """Drop the hits that are another failure's consequence, not a cause of their own."""
+    if root is not None:  # an exception explains the engine's death: not a silent kill
+        active = [(r, h) for r, h in active if r.name != "engine_vanished"]
+    first_exc = min((x.pos for x in (root, st.last_exc) if x is not None), default=-1)
+    # SIGABRT is how a process ends on an uncaught C++ exception or a failed assert: after an
+    # error line (a CUDA error, an exception) it is that error's consequence
+    errors = [h.pos for r, h in active if r.label != "engine_killed"]
+    floor = min([*errors, first_exc] if first_exc >= 0 else errors, default=-1)
+
+    def consequence(r: Rule, h: _Hit) -> bool:
+        if r.label != "engine_killed":
+            return False
+        # a worker ended by SIGTERM / SIGINT after an exception is the executor's teardown
+        # ("died unexpectedly (exit code: -15)")
+        if first_exc >= 0 and h.pos > first_exc and _stop_signal(h.groups):
+            return True
+        return floor >= 0 and h.pos > floor and _abort_signal(h.groups)
+
+    active = [(r, h) for r, h in active if not consequence(r, h)]
+    fault = st.hits.get("cuda_runtime_error")
+    if fault is not None and _KERNEL_FAULT_RE.search(fault.groups.get("cuda_error", "")):
+        # a kernel fault (illegal memory access, device-side assert) is noticed and reported
+        # by the NCCL watchdog / torch.distributed too: it is the engine's error, not NCCL's
+        active = [
+            (r, h)
+            for r, h in active
+            if not (r.name == "nccl_error" and not _NCCL_OWN_ERROR_RE.search(h.text))
+        ]
+    return active
+
+
 def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     """Turn the state into a diagnosis (see the module docstring for the order rules)."""
     ctx = _context_values(context)
@@ -128,35 +162,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         active.append((rule, hit))
 
     root = st.first_exc_since_progress or st.first_exc_since_healthy
-    if root is not None:  # an exception explains the engine's death: not a silent kill
-        active = [(r, h) for r, h in active if r.name != "engine_vanished"]
-    first_exc = min((x.pos for x in (root, st.last_exc) if x is not None), default=-1)
-    if first_exc >= 0:  # a worker ended by SIGTERM / SIGINT after an exception is the
-        # executor's teardown ("died unexpectedly (exit code: -15)"), not the cause
-        active = [
-            (r, h)
-            for r, h in active
-            if not (r.label == "engine_killed" and h.pos > first_exc and _stop_signal(h.groups))
-        ]
-    # SIGABRT is how a process ends on an uncaught C++ exception or a failed assert: after an
-    # error line (a CUDA error, an exception) it is that error's consequence, not the cause
-    errors = [h.pos for r, h in active if r.label != "engine_killed"]
-    floor = min([*errors, first_exc] if first_exc >= 0 else errors, default=-1)
-    if floor >= 0:
-        active = [
-            (r, h)
-            for r, h in active
-            if not (r.label == "engine_killed" and h.pos > floor and _abort_signal(h.groups))
-        ]
-    fault = st.hits.get("cuda_runtime_error")
-    if fault is not None and _KERNEL_FAULT_RE.search(fault.groups.get("cuda_error", "")):
-        # a kernel fault (illegal memory access, device-side assert) is noticed and reported
-        # by the NCCL watchdog / torch.distributed too: it is the engine's error, not NCCL's
-        active = [
-            (r, h)
-            for r, h in active
-            if not (r.name == "nccl_error" and not _NCCL_OWN_ERROR_RE.search(h.text))
-        ]
+    active = _without_consequences(st, active, root)
     if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
         active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]
     fp8_kv = _fp8_in_kv_cache(st, facts)
