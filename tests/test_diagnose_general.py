@@ -677,3 +677,11 @@ def test_no_kernel_image_is_the_quantization_s_only_inside_quantization_code() -
     assert diagnose(unquantized + tail).label == "unsupported_gpu"
     gptq = unquantized.replace("layers/linear.py", "layers/quantization/gptq.py")
     assert diagnose(gptq + tail).label == "quantization_unsupported"
+
+
+def test_the_offline_example_s_quoted_text_is_never_analysed() -> None:
+    log = (
+        "Prompt: 'why do I get CUDA out of memory?', Generated text: ' Because the model "
+        "does not fit: torch.OutOfMemoryError: CUDA out of memory.'\n"
+    )
+    assert diagnose(log).label == "healthy"

@@ -97,6 +97,11 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "Aborted request ",
     "Finished request ",
     "SpecDecoding metrics",
+    # vLLM's offline tools: benchmark_throughput's "Throughput: 2.1 requests/s, ...",
+    # benchmark_latency's "Avg latency: ...", the offline example's "Generated text: ..."
+    "requests/s, ",
+    "Avg latency: ",
+    "Generated text: ",
 )
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
@@ -266,8 +271,9 @@ _STOP_REQUEST_RE = re.compile(
     r"KeyboardInterrupt|^\^C|signal=SIG(?:TERM|INT)|(?:[Rr]eceived|Sen(?:t|ding)) SIG(?:TERM|INT)"
 )
 _TRACEBACK = "Traceback (most recent call last)"
-#: Request-log lines quote user prompts, which may contain any text: never analysed.
-_IGNORED_PREFIXES = ("Received request ", "Added request ", "Generated response ")
+#: Request-log lines (and the offline example's "Prompt: .., Generated text: ..") quote user
+#: text, which may contain anything: never analysed.
+_IGNORED_PREFIXES = ("Received request ", "Added request ", "Generated response ", "Prompt: ")
 #: Every keyword some line check looks for; ``_analyze`` tests each once per line.
 _ALL_KEYWORDS: tuple[str, ...] = tuple(
     sorted(
