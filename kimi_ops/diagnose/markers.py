@@ -189,6 +189,7 @@ _EXIT_RE = re.compile(
     r"\bWorker exit type: (?!INTENDED)[A-Z_]+|"  # Ray: a worker process died
     # a container runtime / orchestrator: the server's container died (cause not shown)
     r"\bCrashed container\b|\bCrashLoopBackOff\b|Back-off restarting failed container|"
+    r"^Error response from daemon: |"  # the docker CLI: the container is gone or failed
     r"\bExited \([1-9]\d*\)|"
     r"Parent process exited, terminating worker|"  # the engine / API process is gone
     r"\.(?:cuh?|hh?|hpp|cpp|cc)\(\d+\): error: |"  # nvcc: a JIT kernel build failed
@@ -215,6 +216,7 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "): error: ",
         "Crashed container",
         "CrashLoopBackOff",
+        "Error response from daemon",
         "Back-off restarting",
         "Exited (",
         "Parent process exited",

@@ -21,7 +21,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "supported arch was not in",
         ),
         [
-            r"no kernel image is available for execution on the device",
+            r"no kernel image is available\b",  # ("... for execution on the device")
             r"cudaErrorNoKernelImageForDevice",
             r"(?:HIP|CUDA) error: invalid device function|hipErrorInvalidDeviceFunction",
             # the same fact from a kernel library or a compiler: DeepGEMM's / CUTLASS's
@@ -201,6 +201,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "quantization is not supported",
             "Unknown quantization method",
             "compatible scheme was found",
+            "KeyError: <PlatformEnum.",
             "with arguments from the",
             "for quantization method",
             "-bit weight quantization is supported",
@@ -217,6 +218,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
             r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
             r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
+            # a quantized-kernel table without an entry for this platform (XPU, HPU, ...):
+            # "KeyError: <PlatformEnum.XPU: 4>" from choose_scaled_mm_linear_kernel
+            r"^KeyError: <PlatformEnum\.(?P<platform>\w+): \d+>",
             # compressed-tensors found no scheme that runs the checkpoint here
             r"No (?P<quantization>compressed-tensors) compatible scheme was found",
             # a quantized-MoE kernel backend refusing the device ("NvFp4 MoE backend

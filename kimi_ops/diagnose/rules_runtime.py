@@ -519,6 +519,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "No CUDA GPUs are available",
             "forward compatibility was attempted",
             "cudaErrorInsufficientDriver",
+            "CUDA driver initialization failed",
             "unsupported toolchain",
             "cudaErrorUnsupportedPtxVersion",
         ),
@@ -529,6 +530,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"No CUDA GPUs are available",
             r"forward compatibility was attempted on non supported HW",
             r"cudaErrorInsufficientDriver",
+            r"CUDA driver initialization failed, you might not have a CUDA gpu",
             # the driver is older than the compiler that built the kernels' PTX
             r"provided PTX was compiled with an unsupported toolchain",
             r"cudaErrorUnsupportedPtxVersion",

@@ -317,6 +317,24 @@ def _analyze_join(prev_raw: str, cur_raw: str, pos: int, events: list[tuple[Any,
         _analyze(prev + sep + cur, pos, events, joined=True)
 
 
+#: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
+_OFFLINE_DONE_RE = re.compile(r"Processed prompts: 100%")
+_BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting down client\.?$")
+
+
+def _exit_noise_after_offline_run(st: _State, name: str, text: str) -> bool:
+    """Is this the client's "Engine core proc .. died unexpectedly" after an offline run that
+    completed ("Processed prompts: 100%"), with no exception or signal since?"""
+    return (
+        name == "engine_wrapper"
+        and st.healthy_text is not None
+        and _OFFLINE_DONE_RE.search(st.healthy_text) is not None
+        and _BARE_DEATH_RE.search(text) is not None
+        and st.first_exc_since_healthy is None
+        and (st.last_exit is None or st.last_exit.pos < st.healthy_pos)
+    )
+
+
 def _traffic_after_exit(st: _State) -> bool:
     """Would request traffic (a frequent serving marker) here follow a process exit, with no
     sign the server was ever up? Then the excerpt's order cannot be trusted (a platform's log
@@ -366,6 +384,12 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_RULE:
         name, text, groups = ev[2], ev[3], ev[4]
         if pos <= st.healthy_pos:
+            return
+        if _exit_noise_after_offline_run(st, name, text):
+            # the offline LLM finished its prompts; its client then reports the engine gone as
+            # the interpreter exits: a stop, not a crash
+            if st.shutdown_pos < 0:
+                st.shutdown_pos = pos
             return
         old = st.hits.get(name)
         if old is None:
