@@ -66,7 +66,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-g": ("141aa01", "d53821d"),
     "blind-h": ("5ceb302", "0a3a53d"),
     "blind-i": ("a4b41fd", "2b74ca0"),
-    "blind-j": ("ffed8c7", None),
+    "blind-j": ("ffed8c7", "ab065d2"),
 }
 
 
