@@ -287,8 +287,9 @@ def _generic_unknown(
 ) -> Diagnosis:
     """An unrecognised crash: point at the most telling error line.
 
-    ``engine``: the traceback runs through vLLM's own code, so vLLM itself died of an
-    exception no rule knows: ``engine_dead_other`` rather than ``unknown``.
+    ``engine``: the traceback runs through vLLM's own code (or vLLM's logger / a vLLM process
+    printed the exception), so vLLM itself died of an exception no rule knows:
+    ``engine_dead_other`` rather than ``unknown``.
     """
     candidates = [x for x in (st.last_exc, st.last_exit) if x is not None]
     main = max(candidates, key=lambda x: x.pos) if candidates else None

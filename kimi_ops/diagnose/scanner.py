@@ -213,7 +213,7 @@ class _State:
         self.last_header: _Line | None = None
         self.last_exit: _Line | None = None
         self.last_frame: _Line | None = None
-        self.last_vllm_frame_pos = -1  # a traceback frame in vLLM's own code
+        self.last_vllm_frame_pos = -1  # a frame in vLLM's code, or an exception vLLM printed
         self.last_attn_frame_pos = -1  # ... in attention / KV-cache code
         self.last_quant_frame_pos = -1  # ... in weight-quantization / GEMM / MoE code
         self.last_quant_code_pos = -1  # ... in vLLM's quantization code proper
@@ -318,7 +318,7 @@ def _analyze_join(prev_raw: str, cur_raw: str, pos: int, events: list[tuple[Any,
 
 
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
-_OFFLINE_DONE_RE = re.compile(r"Processed prompts: 100%")
+_OFFLINE_DONE = "Processed prompts: 100%"
 _BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting down client\.?$")
 
 
@@ -328,7 +328,7 @@ def _exit_noise_after_offline_run(st: _State, name: str, text: str) -> bool:
     return (
         name == "engine_wrapper"
         and st.healthy_text is not None
-        and _OFFLINE_DONE_RE.search(st.healthy_text) is not None
+        and _OFFLINE_DONE in st.healthy_text
         and _BARE_DEATH_RE.search(text) is not None
         and st.first_exc_since_healthy is None
         and (st.last_exit is None or st.last_exit.pos < st.healthy_pos)
