@@ -254,6 +254,7 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Sent SIGTERM",
         "Sent SIGINT",
         "Shutdown initiated (timeout",  # V1 EngineCore's own orderly shutdown (0.1x)
+        "Shutting down FastAPI",  # the HTTP launcher's stop on SIGINT / SIGTERM (0.4 .. 0.1x)
     }
 )
 #: vLLM's own stop sequence, printed only by a server that was up and was asked to stop:
@@ -265,14 +266,25 @@ _UP_SHUTDOWN_RE = re.compile(
     # the V1 engine core's orderly shutdown: only an engine core that finished starting has
     # one (a failed start logs "EngineCore failed to start" instead)
     r"|^Shutdown initiated \(timeout="
+    # vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task; an
+    # engine death ends uvicorn without it
+    r"|^Shutting down FastAPI HTTP server"
 )
 #: The HTTP server's (uvicorn's) lifespan shutdown: up, then stopped only when a stop request
 #: (``_STOP_REQUEST_RE``) came before it; vLLM also ends it when the engine dies.
 _HTTP_SHUTDOWN_RE = re.compile(r"Waiting for application shutdown|Application shutdown complete")
 _STOP_REQUEST_RE = re.compile(
     r"KeyboardInterrupt|^\^C|signal=SIG(?:TERM|INT)|(?:[Rr]eceived|Sen(?:t|ding)) SIG(?:TERM|INT)"
+    r"|^Shutting down FastAPI HTTP server"
 )
 _TRACEBACK = "Traceback (most recent call last)"
+#: An in-process engine (vLLM's ``LLM`` class, or a library that drives it: Unsloth) is ready
+#: once its engine is initialised; it has no HTTP server to wait for. Its own words for that:
+#: ``llm.py``'s "Supported tasks" (V1, after the engine core is up) and Unsloth patching the
+#: model (after vLLM loaded it). They count only after "init engine ... took" (the scanner
+#: checks): Unsloth also talks while vLLM is still loading.
+_INPROC_READY_RE = re.compile(r"^Supported[_ ]tasks: |^Unsloth\b")
+_INPROC_KEYWORDS: frozenset[str] = frozenset({"Supported_tasks", "Supported tasks", "Unsloth"})
 #: Request-log lines (and the offline example's "Prompt: .., Generated text: ..") quote user
 #: text, which may contain anything: never analysed.
 _IGNORED_PREFIXES = ("Received request ", "Added request ", "Generated response ", "Prompt: ")
@@ -284,6 +296,7 @@ _ALL_KEYWORDS: tuple[str, ...] = tuple(
         | {k for keys, _ in _FACT_PATTERNS for k in keys}
         | _EXIT_KEYWORDS
         | _SHUTDOWN_KEYWORDS
+        | _INPROC_KEYWORDS
     )
 )
 _SIG_STAGE, _SIG_FACT, _SIG_RULE = range(3)
@@ -407,7 +420,11 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Waiting for application",
     "wn triggered",  # [shutdown] API server: shutdown triggered
     "Shutdown initiated",  # the V1 engine core's orderly shutdown
+    "Shutting down FastAPI",  # the HTTP launcher's stop (SIGINT / SIGTERM)
     "Started server",
+    "Supported_tasks",  # llm.py: the in-process engine is ready (and "Supported tasks")
+    "Supported tasks",
+    "Unsloth",  # Unsloth patching the model vLLM loaded in-process
     # signals: stops (SIGTERM / SIGINT) and kills; "Segfault encountered" (torch's handler)
     "SIGTERM",
     "SIGINT",

@@ -291,4 +291,85 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "checkpoint that is not FP8-quantized (bf16, AWQ/GPTQ int4) on this GPU, or a newer GPU.",
         "FP8 ({fp8_type}) not supported on this GPU[[ (kernel {triton_kernel})]]",
     ),
+    # ------------------------------------ unknown: no usable device (the environment)
+    _rule(
+        "no_gpu_platform",
+        "unknown",
+        3,
+        (
+            "UnspecifiedPlatform",
+            "Failed to infer device type",
+            "No supported device detected",
+            "Device string must not be empty",
+            "Unable to initialize backend",
+        ),
+        [
+            r"No platform detected, vLLM is running on UnspecifiedPlatform",
+            r"Failed to infer device type",
+            r"No supported device detected",  # vLLM <= 0.2's DeviceConfig
+            # DeviceConfig with no platform: torch.device("") (vLLM ~0.8)
+            r"Device string must not be empty",
+            # JAX on a TPU VM that sees no chip
+            r"Unable to initialize backend '(?P<backend>\w+)': .*\bNo \w+ devices found",
+        ],
+        "vLLM found no usable accelerator platform (UnspecifiedPlatform)[[, backend {backend}]]: "
+        "the vLLM install (or its platform plugin's venv) is broken or not active, or no "
+        "GPU/TPU and driver is visible to the process. Check `pip show vllm`, `python -c "
+        "'import torch; print(torch.cuda.is_available())'` and `nvidia-smi` on the host; "
+        "reinstall vLLM (and its plugin) if needed.",
+        "vLLM detected no GPU platform",
+    ),
+    _rule(
+        "gpu_driver_problem",
+        "unknown",
+        3,
+        (
+            "driver version is insufficient",
+            "driver on your system is too old",
+            "Found no NVIDIA driver",
+            "No CUDA GPUs are available",
+            "forward compatibility was attempted",
+            "cudaErrorInsufficientDriver",
+            "CUDA driver initialization failed",
+            "unsupported toolchain",
+            "cudaErrorUnsupportedPtxVersion",
+        ),
+        [
+            r"CUDA driver version is insufficient",
+            r"NVIDIA driver on your system is too old",
+            r"Found no NVIDIA driver",
+            r"No CUDA GPUs are available",
+            r"forward compatibility was attempted on non supported HW",
+            r"cudaErrorInsufficientDriver",
+            r"CUDA driver initialization failed, you might not have a CUDA gpu",
+            # the driver is older than the compiler that built the kernels' PTX
+            r"provided PTX was compiled with an unsupported toolchain",
+            r"cudaErrorUnsupportedPtxVersion",
+        ],
+        "The GPU is not usable from this process: the NVIDIA driver is missing or older than "
+        "the CUDA version of this PyTorch/vLLM build, or no GPU is visible "
+        "(CUDA_VISIBLE_DEVICES, docker --gpus). Check `nvidia-smi` on the host and pick a "
+        "vLLM build whose CUDA version the driver supports.",
+        "GPU/driver not usable",
+    ),
+    _rule(
+        "device_busy",
+        "unknown",
+        3,
+        ("Device or resource busy", "libtpu_lockfile", "lockfile", "CUDA-capable device"),
+        # only the failure itself: a warning that mentions the lockfile is no cause
+        [
+            r"(?:TPU|device) initialization failed: .*Device or resource busy",
+            # cudaErrorDevicesUnavailable: another process holds a GPU in exclusive mode
+            r"CUDA-capable device\(s\) (?:is|are|is/are) busy or unavailable",
+            r"Unable to initialize backend '\w+': .*(?:Device or resource busy|libtpu "
+            r"(?:multi-process )?lockfile)",
+        ],
+        "The accelerator is held by another process (device busy / libtpu lockfile, or a GPU "
+        "in exclusive compute mode that another process uses): a stale server or another job "
+        "still owns it. Stop that process (`fab kill-stale` for one this "
+        "deployment started; otherwise find it with `lsof /dev/vfio/*` or `fuser`), remove a "
+        "stale /tmp/libtpu_lockfile if no process holds it, then redeploy.",
+        "accelerator busy (held by another process)",
+    ),
 )

@@ -164,9 +164,12 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "CUBLAS_STATUS_ALLOC_FAILED",
             "cudaErrorMemoryAllocation",
             "RESOURCE_EXHAUSTED",
+            "OUT_OF_DEVICE_MEMORY",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
+            # Intel's Level Zero / Unified Runtime (XPU): device memory exhausted
+            r"\b(?:UR|ZE)_RESULT_ERROR_OUT_OF_DEVICE_MEMORY\b",
             # JAX / XLA (TPU): device memory (HBM) exhausted at run or compile time
             r"RESOURCE_EXHAUSTED: (?:Error allocating device buffer|\w+: \w*(?:Allocation"
             r"Failure|HbmOom)|.*\b[Oo]ut of memory\b)",
@@ -492,56 +495,6 @@ RUNTIME_RULES: tuple[Rule, ...] = (
     ),
     # --------------------------------------------- unknown (known, but no own label)
     _rule(
-        "no_gpu_platform",
-        "unknown",
-        3,
-        ("UnspecifiedPlatform", "Failed to infer device type", "No supported device detected"),
-        [
-            r"No platform detected, vLLM is running on UnspecifiedPlatform",
-            r"Failed to infer device type",
-            r"No supported device detected",  # vLLM <= 0.2's DeviceConfig
-        ],
-        "vLLM found no usable GPU platform (UnspecifiedPlatform): the vLLM install is broken "
-        "or incomplete (package metadata missing), or no NVIDIA GPU/driver is visible to the "
-        "process. Check `pip show vllm`, `python -c 'import torch; "
-        "print(torch.cuda.is_available())'` and `nvidia-smi` on the host; reinstall vLLM if "
-        "needed.",
-        "vLLM detected no GPU platform",
-    ),
-    _rule(
-        "gpu_driver_problem",
-        "unknown",
-        3,
-        (
-            "driver version is insufficient",
-            "driver on your system is too old",
-            "Found no NVIDIA driver",
-            "No CUDA GPUs are available",
-            "forward compatibility was attempted",
-            "cudaErrorInsufficientDriver",
-            "CUDA driver initialization failed",
-            "unsupported toolchain",
-            "cudaErrorUnsupportedPtxVersion",
-        ),
-        [
-            r"CUDA driver version is insufficient",
-            r"NVIDIA driver on your system is too old",
-            r"Found no NVIDIA driver",
-            r"No CUDA GPUs are available",
-            r"forward compatibility was attempted on non supported HW",
-            r"cudaErrorInsufficientDriver",
-            r"CUDA driver initialization failed, you might not have a CUDA gpu",
-            # the driver is older than the compiler that built the kernels' PTX
-            r"provided PTX was compiled with an unsupported toolchain",
-            r"cudaErrorUnsupportedPtxVersion",
-        ],
-        "The GPU is not usable from this process: the NVIDIA driver is missing or older than "
-        "the CUDA version of this PyTorch/vLLM build, or no GPU is visible "
-        "(CUDA_VISIBLE_DEVICES, docker --gpus). Check `nvidia-smi` on the host and pick a "
-        "vLLM build whose CUDA version the driver supports.",
-        "GPU/driver not usable",
-    ),
-    _rule(
         "broken_install",
         "unknown",
         3,
@@ -558,23 +511,6 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "matching release (a fresh venv or the vLLM docker image), or uninstall the extension "
         "that was built for another torch.",
         "broken install[[: undefined symbol {symbol}]][[: {arch} could not be imported]]",
-    ),
-    _rule(
-        "device_busy",
-        "unknown",
-        3,
-        ("Device or resource busy", "libtpu_lockfile", "lockfile"),
-        # only the failure itself: a warning that mentions the lockfile is no cause
-        [
-            r"(?:TPU|device) initialization failed: .*Device or resource busy",
-            r"Unable to initialize backend '\w+': .*(?:Device or resource busy|libtpu "
-            r"(?:multi-process )?lockfile)",
-        ],
-        "The accelerator is held by another process (device busy / libtpu lockfile): a stale "
-        "server or another job still owns it. Stop that process (`fab kill-stale` for one this "
-        "deployment started; otherwise find it with `lsof /dev/vfio/*` or `fuser`), remove a "
-        "stale /tmp/libtpu_lockfile if no process holds it, then redeploy.",
-        "accelerator busy (held by another process)",
     ),
     _rule(
         "unsupported_model",

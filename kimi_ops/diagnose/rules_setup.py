@@ -402,6 +402,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             "Could not detect config format",
             "config.json",
             "is restricted",
+            "Server Error",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -424,6 +425,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"^(?:[\w.]+\.)?OfflineModeIsEnabled\b",
             r"^(?:[\w.]+\.)?HTTPError: 40[13] Client Error",
             r"^[\w.]*(?:Error|Exception)\b.*We couldn't connect to '?https://huggingface\.co",
+            # the Hub itself failing (503, 502...) while vLLM fetched the model's files / info
+            r"\b5\d\d Server Error\b.*\bhttps://huggingface\.co/",
             r"No supported config format found in (?P<model>\S+)",
             r"Could not detect config format",
             r"(?:No such file or directory|FileNotFoundError).*'(?P<model>[^']*?)/config\.json'",

@@ -22,6 +22,8 @@ from kimi_ops.diagnose.markers import (
     _FREQ_HEALTHY,
     _HTTP_SHUTDOWN_RE,
     _IGNORED_PREFIXES,
+    _INPROC_KEYWORDS,
+    _INPROC_READY_RE,
     _NATIVE_FRAME_RE,
     _NEWLINE,
     _PROGRESS_RE,
@@ -157,7 +159,8 @@ class _Line(NamedTuple):
 
 # Event kinds; on one line they apply in this order.
 _EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
-_EV_SHUTDOWN, _EV_FRAME = 7, 8
+_EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY = 7, 8, 9
+_ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
 
 
 class _State:
@@ -292,6 +295,8 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         events.append((_EV_EXIT, text))
     if present and not _SHUTDOWN_KEYWORDS.isdisjoint(present):
         events.append((_EV_SHUTDOWN, text))
+    if present and not _INPROC_KEYWORDS.isdisjoint(present) and _INPROC_READY_RE.search(text):
+        events.append((_EV_INPROC_READY, text))
     if _FRAME_RE.match(text):
         events.append((_EV_FRAME, text))
     return tuple(events)
@@ -435,6 +440,15 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
                 st.last_crash_pos = st.last_signal_pos = pos
         if st.healthy_pos >= 0 and st.shutdown_pos < 0:
             st.shutdown_pos = pos
+    elif kind == _EV_INPROC_READY:
+        # an in-process engine past "init engine ... took", with no failure since: it is up
+        # (flagged: the API server's own "Supported tasks", see _mark_raw_facts)
+        if len(ev) > 3:
+            return
+        recovered = st.last_crash_pos < 0 or st.last_crash_pos < st.last_progress_pos
+        if st.stage >= _ENGINE_INITIALIZED and st.healthy_pos < 0 and not st.hits and recovered:
+            _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False))
+            _apply(st, (pos, _EV_HEALTHY, ev[2]))
     elif kind == _EV_FRAME:
         # a traceback is printed because an exception propagated: even cut before its
         # exception line, the process failed (the cause is what the excerpt lacks)
@@ -476,13 +490,20 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
         i = j + 1
 
 
-def _mark_vllm_origin(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
-    """Flag an exception line that vLLM printed (its logger's format or process prefix)."""
+def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
+    """Flag what only the raw line shows (clean_line removed it): an exception line that vLLM
+    printed (its logger's format or process prefix), and a "Supported tasks" line that is the
+    API server's (logger ``api_server.py`` or an ``(APIServer pid=..)`` prefix): that one is
+    no in-process engine being ready (its HTTP server is still to start)."""
+    raw = ""
     for i in range(start, len(events)):
-        if events[i][1] == _EV_EXC:
-            raw = scan[ls : scan.find("\n", ls)][:200]
-            if _VLLM_ORIGIN_RE.search(raw):
-                events[i] = (*events[i], True)
+        kind = events[i][1]
+        if kind != _EV_EXC and kind != _EV_INPROC_READY:
+            continue
+        raw = raw or scan[ls : scan.find("\n", ls)][:200]
+        vllm_exc = kind == _EV_EXC and _VLLM_ORIGIN_RE.search(raw) is not None
+        if vllm_exc or (kind == _EV_INPROC_READY and ("APIServer" in raw or "api_server" in raw)):
+            events[i] = (*events[i], True)
 
 
 def _process(st: _State, block: str) -> None:
@@ -508,7 +529,7 @@ def _process(st: _State, block: str) -> None:
         if text and not text.startswith(_IGNORED_PREFIXES):
             n_before = len(events)
             _analyze(text, base + ls, events, joined=False)
-            _mark_vllm_origin(scan, ls, events, n_before)
+            _mark_raw_facts(scan, ls, events, n_before)
     # hard-wrapped continuations; the first line continues the previous block's last line
     first_end = scan.find("\n")
     if st.last_line is not None and _CONT.match("\n" + scan[: min(first_end, 200)] + "\n"):
