@@ -67,7 +67,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-h": ("5ceb302", "0a3a53d"),
     "blind-i": ("a4b41fd", "2b74ca0"),
     "blind-j": ("ffed8c7", "ab065d2"),
-    "blind-k": ("90e3c4d", None),
+    "blind-k": ("90e3c4d", "67b926e"),
 }
 
 
