@@ -474,6 +474,24 @@ def test_nonfatal_traceback_followed_by_progress_is_still_starting() -> None:
     assert d.label == "starting" and d.stage == "loading_shards" and d.progress == "5/163"
 
 
+
+def test_in_process_engine_is_up_after_its_own_ready_line() -> None:
+    """vLLM's LLM class (and Unsloth driving it) has no HTTP server: past "init engine ..
+    took", its own ready line means up. The API server's "Supported tasks" does not (its HTTP
+    server is still to start), nor does Unsloth talking while vLLM still loads."""
+    for name in (
+        "healthy__none__inprocess_llm_supported_tasks.log",
+        "healthy__none__unsloth_v0_patches_after_engine_init.log",
+    ):
+        d = fx(name)
+        assert d.label == "healthy" and d.facts.get("in_process") == "true", name
+        assert d.summary == "healthy: in-process engine up" and "serves no HTTP" in d.hint
+    d = fx("starting__none__api_server_supported_tasks_before_routes.log")
+    assert d.label == "starting" and d.stage == "engine_initialized"
+    assert "in_process" not in d.facts
+    d = fx("starting__none__unsloth_talks_while_vllm_loads.log")
+    assert d.label == "starting" and d.stage == "weights_loaded"
+
 def test_weak_signature_needs_a_crash() -> None:
     assert fx("starting__none__sm120_warning_only.log").label == "starting"
     d = fx("unsupported_gpu__torch_arch_incompatible__warning_then_crash.log")

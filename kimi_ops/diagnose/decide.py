@@ -254,11 +254,15 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         if shutdown is not None:
             facts["shutdown"] = "true"
         where = f" on {facts['url']}" if "url" in facts else ""
-        summary = f"healthy: server up{where}"
+        in_process = facts.get("in_process") == "true"
+        summary = "healthy: in-process engine up" if in_process else f"healthy: server up{where}"
         if shutdown is not None:
             summary += " (then shut down)"
         hint = _render(
-            "The server came up[[ on {url}]]; confirm it answers with a completion request "
+            "The in-process engine (vLLM's LLM class, or a library driving it) finished "
+            "initialising; it serves no HTTP, its caller sends the prompts."
+            if in_process
+            else "The server came up[[ on {url}]]; confirm it answers with a completion request "
             "(GET /health and /v1/models can succeed before the model answers).",
             values,
         )

@@ -449,6 +449,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         if st.stage >= _ENGINE_INITIALIZED and st.healthy_pos < 0 and not st.hits and recovered:
             _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False))
             _apply(st, (pos, _EV_HEALTHY, ev[2]))
+            st.facts["in_process"] = "true"
     elif kind == _EV_FRAME:
         # a traceback is printed because an exception propagated: even cut before its
         # exception line, the process failed (the cause is what the excerpt lacks)
