@@ -474,7 +474,6 @@ def test_nonfatal_traceback_followed_by_progress_is_still_starting() -> None:
     assert d.label == "starting" and d.stage == "loading_shards" and d.progress == "5/163"
 
 
-
 def test_in_process_engine_is_up_after_its_own_ready_line() -> None:
     """vLLM's LLM class (and Unsloth driving it) has no HTTP server: past "init engine ..
     took", its own ready line means up. The API server's "Supported tasks" does not (its HTTP
@@ -491,6 +490,7 @@ def test_in_process_engine_is_up_after_its_own_ready_line() -> None:
     assert "in_process" not in d.facts
     d = fx("starting__none__unsloth_talks_while_vllm_loads.log")
     assert d.label == "starting" and d.stage == "weights_loaded"
+
 
 def test_weak_signature_needs_a_crash() -> None:
     assert fx("starting__none__sm120_warning_only.log").label == "starting"
