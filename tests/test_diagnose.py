@@ -780,6 +780,9 @@ HEAD_SCAN_ONLY = {
     # Ray's GCS text line "... has been marked dead because ..." (its event log's JSON form
     # holds the trigger MARKED_DEAD): found in the head only
     "unknown__none__ray_node_marked_dead.log",
+    # a weak fact (no KV blocks) and a traceback cut before its exception: the crash signal
+    # is the "Traceback (most recent call last)" header, which holds no trigger word
+    "kv_cache_insufficient__kv_memory_zero__v0_negative_gpu_blocks.log",
 }
 
 

@@ -102,6 +102,8 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "requests/s, ",
     "Avg latency: ",
     "Generated text: ",
+    # vLLM's serving benchmark (bench serve / benchmark_serving.py) result table
+    "Mean TTFT (ms):",
 )
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 

@@ -19,6 +19,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "Unsupported GPU arch",
             "support .target sm_",
             "supported arch was not in",
+            "not supported on .target",
+            "No supported CUDA arch",
         ),
         [
             r"no kernel image is available\b",  # ("... for execution on the device")
@@ -29,6 +31,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             # without the GPU's arch ("a supported arch was not in the list of target arches")
             r"(?:Error|error|Assertion)\b.*\bUnsupported (?:GPU )?arch(?:itecture)?\b",
             r"does not support \.target (?P<sm_target>sm_\d+\w*)",
+            r"not supported on \.target '?(?P<sm_target>sm_\d+\w*)",  # ptxas: a PTX feature
+            # FlashInfer's JIT: none of the CUDA archs it builds for is this GPU's
+            r"No supported CUDA architectures? found for major versions? \[?(?P<major>[\d, ]+)",
             r"supported arch was not in the list of target arch",
         ],
         "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "

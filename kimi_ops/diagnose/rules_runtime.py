@@ -89,13 +89,15 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "available_kv_cache_memory=0",
             "# GPU blocks: 0",
             "blocks: 0,",
+            "# GPU blocks: -",
+            "# cuda blocks: -",
         ),
         # vllm-ascend's worker: what is left for the KV cache after profiling, in bytes; V0's
         # block count after profiling
         [
             r"Available memory: 0, total memory",
             r"available_kv_cache_memory=0(?:\.0)?\b",
-            r"# (?:GPU|NPU|XPU|cuda|npu) blocks: 0\b",
+            r"# (?:GPU|NPU|XPU|cuda|npu) blocks: (?:0\b|-\d)",  # V0 0.1-0.2 can print -1
         ],
         "After loading the weights and profiling no device memory is left for the KV cache "
         "(available memory: 0). Raise gpu_memory_utilization[[ (now {gpu_memory_utilization})]],"
@@ -165,6 +167,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "cudaErrorMemoryAllocation",
             "RESOURCE_EXHAUSTED",
             "OUT_OF_DEVICE_MEMORY",
+            "Allocation Failure",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
@@ -172,7 +175,10 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"\b(?:UR|ZE)_RESULT_ERROR_OUT_OF_DEVICE_MEMORY\b",
             # JAX / XLA (TPU): device memory (HBM) exhausted at run or compile time
             r"RESOURCE_EXHAUSTED: (?:Error allocating device buffer|\w+: \w*(?:Allocation"
-            r"Failure|HbmOom)|.*\b[Oo]ut of memory\b)",
+            r"Failure|HbmOom)|.*\b[Oo]ut of memory\b|.*\bAttempting to reserve \S+ at the bottom "
+            r"of memory)",
+            # AWS Neuron's runtime could not allocate a tensor on the NeuronCore
+            r"\bnrt_tensor_allocate\b.*Allocation Failure",
             r"(?i:(?:cuda|hip)(?: driver)? error: out of memory)",
             r"OutOfMemoryError: (?:CUDA|HIP)",
             # torch's own OOM exception type, whatever vLLM wrapped its message in ("Error in
@@ -236,6 +242,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "ncclCommWatchdog",
             "watchdog thread terminated",
             "|CCL_ERROR|",
+            "oneCCL: ",
+            "custom_all_reduce_utils.py",
         ),
         [
             r"(?i:NCCL error)",
@@ -252,6 +260,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"Gloo connectFullMesh failed",
             # Intel's oneCCL (XPU), NCCL's counterpart: "|CCL_ERROR| exchange_utils.cpp:202 .."
             r"\|CCL_ERROR\|",
+            r"\boneCCL: \S+\.cpp:\d+",  # ... its error text ("oneCCL: ze_call.cpp:28 do_call: ..")
+            # the custom all-reduce's GPU P2P check (a subprocess vLLM runs) failed
+            r"custom_all_reduce_utils\.py'?\]?'? returned non-zero exit status",
             # vLLM's custom all-reduce (P2P / CUDA IPC between the GPUs) failing, other than
             # by a kernel fault ("invalid argument": IPC handles refused)
             r"custom_all_reduce\.cuh?:\d+ '(?P<nccl_detail>(?!an illegal memory access)[^']+)'",
@@ -498,12 +509,16 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "broken_install",
         "unknown",
         3,
-        ("undefined symbol", "failed to be inspected"),
+        ("undefined symbol", "failed to be inspected", "models.registry", "Tried to instantiate"),
         # a compiled extension built against another torch / CUDA than the one installed; vLLM
         # failing to import a model class in its inspection subprocess (an import error there)
         [
             r"^(?:ImportError|OSError)\b.*undefined symbol: (?P<symbol>\S+)",
             r"Model architectures? \[?(?P<arch>[^\]]*?)\]? failed to be inspected",
+            # the same inspection subprocess failing outright (its command is vLLM's registry)
+            r"'vllm\.model_executor\.models\.registry'\]' returned non-zero exit status",
+            # vLLM's compiled ops not registered with this torch (_C / _core_C did not load)
+            r"Tried to instantiate class '_(?:core_)?C\.\w+', but it does not exist",
         ],
         "A compiled library (vLLM's kernels, flash-attn, or another extension) does not match "
         "the installed PyTorch / CUDA (undefined symbol[[ {symbol}]]): the environment is "

@@ -120,6 +120,22 @@ SETUP_RULES: tuple[Rule, ...] = (
         "forced attention backend {backend} not valid here",
     ),
     _rule(
+        "no_backend_for_block_size",
+        "bad_argument",
+        93,
+        ("block_size not supported",),
+        # the attention selector's reasons: the KV-cache block size asked for (--block-size)
+        # is one no backend takes
+        [
+            r"No valid attention backend found\b.*\bblock_size=(?P<block_size>\d+)\b.*"
+            r"block_size not supported"
+        ],
+        "No attention backend accepts --block-size {block_size} here: remove --block-size "
+        "from the profile's extra_args[[ (now: {extra_args})]] so vLLM picks the block size "
+        "its backend needs, or use one the backends list (16, 32 or 64 for most).",
+        "no attention backend takes block_size {block_size}",
+    ),
+    _rule(
         "unexpected_engine_kwarg",
         "bad_argument",
         96,
@@ -244,6 +260,8 @@ SETUP_RULES: tuple[Rule, ...] = (
         "No attention backend accepts the KV-cache dtype[[ {kv_cache_dtype}]] on this GPU"
         "[[ (vLLM {vllm_version})]]. " + _KV_FIX,
         "no attention backend supports kv_cache_dtype[[ {kv_cache_dtype}]]",
+        # another backend's KV-dtype reason while the KV cache is the default: not the cause
+        exclude=[r"\bkv_cache_dtype=auto\b"],
         extract=[
             r"kv_cache_dtype=(?P<kv_cache_dtype>\w+)",
             r"(?P<backend>\w+): \[\s*'?kv_cache_dtype not supported'?\s*\]",
@@ -402,6 +420,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             "Could not detect config format",
             "config.json",
             "is restricted",
+            "Cannot find any model weights",
             "Server Error",
         ),
         [
@@ -428,6 +447,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             # the Hub itself failing (503, 502...) while vLLM fetched the model's files / info
             r"\b5\d\d Server Error\b.*\bhttps://huggingface\.co/",
             r"No supported config format found in (?P<model>\S+)",
+            # V0's weight loader: no weight files at that path / repo
+            r"Cannot find any model weights with '?(?P<model>[^'\s)]+)",
             r"Could not detect config format",
             r"(?:No such file or directory|FileNotFoundError).*'(?P<model>[^']*?)/config\.json'",
         ],
