@@ -68,7 +68,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-i": ("a4b41fd", "2b74ca0"),
     "blind-j": ("ffed8c7", "ab065d2"),
     "blind-k": ("90e3c4d", "67b926e"),
-    "blind-l": ("de6c4a9", None),
+    "blind-l": ("de6c4a9", "437cbb8"),
 }
 
 
