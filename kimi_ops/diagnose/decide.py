@@ -95,7 +95,8 @@ def _stop_signal(groups: Mapping[str, str]) -> bool:
     """Do a kill line's groups name SIGTERM / SIGINT / SIGHUP (what a shutdown sends)?"""
     name = groups.get("signame") or ""
     num = groups.get("signum") or ""
-    return name in ("SIGTERM", "SIGINT", "SIGHUP") or num in ("15", "2", "1")
+    stop = name in ("SIGTERM", "SIGINT", "SIGHUP") or num in ("15", "2", "1")
+    return stop or groups.get("shell_signal") == "terminated"
 
 
 def _abort_signal(groups: Mapping[str, str]) -> bool:

@@ -99,6 +99,7 @@ _SHELL_SIGNALS: dict[str, str] = {
     "Floating point exception": "SIGFPE",
     "Segfault": "SIGSEGV",
     "Killed": "SIGKILL",
+    "terminated": "SIGTERM",  # vLLM's SIGTERM handler: KeyboardInterrupt("terminated")
 }
 _SIGNAL_HINTS: dict[str, str] = {
     "SIGKILL": (

@@ -186,7 +186,8 @@ _EXC_RE = re.compile(  # indented when pasted in a document or a chained traceba
 )
 _EXIT_RE = re.compile(
     r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
-    r"Failed to start (?:the )?(?:model )?server|(?:^|: )The actor (?:is dead|died)\b|"
+    r"Failed to start (?:the )?(?:model )?server|\bvLLM (?:server )?failed to start\b|"
+    r"(?:^|: )The actor (?:is dead|died)\b|"
     r"\bprocess terminated unexpectedly\b|"  # a launcher's word for a vanished server
     r"\bWorker exit type: (?!INTENDED)[A-Z_]+|"  # Ray: a worker process died
     # a container runtime / orchestrator: the server's container died (cause not shown)
@@ -212,6 +213,8 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "exited with exit code",
         "Fatal Python error",
         "Failed to start",
+        "vLLM failed to start",
+        "vLLM server failed to start",
         "The actor",
         "terminated unexpectedly",
         "Worker exit type: ",
@@ -477,6 +480,10 @@ _FIND_WORDS: tuple[str, ...] = (
     "^C",
     "Available routes",
     "Available memory: 0,",  # vllm-ascend: nothing left for the KV cache (an INFO line)
+    "failed to start",  # a wrapper's "vLLM failed to start." (no other trigger word)
+    "required GPUs exceeds",  # vLLM's Ray executor warning it is short of GPUs (0.9+)
+    "Not enough space to allocate",  # Tenstorrent's allocator: device memory exhausted
+    "ray-oom-prevention",  # Ray's memory monitor pointing at its OOM docs after a kill
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API

@@ -358,6 +358,22 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "GPU/driver not usable",
     ),
     _rule(
+        "cuda_toolkit_missing",
+        "unknown",
+        3,
+        ("Could not find nvcc", "CUDA_HOME environment variable is not set"),
+        # a JIT build (FlashInfer, DeepGEMM, torch extensions) needs the CUDA toolkit
+        [
+            r"Could not find nvcc\b",
+            r"CUDA_HOME environment variable is not set",
+        ],
+        "A kernel is compiled at startup (FlashInfer / DeepGEMM JIT, a torch extension) and the "
+        "CUDA toolkit (nvcc) is not on the host: install the CUDA toolkit matching this "
+        "PyTorch's CUDA and set CUDA_HOME in the profile's env, use the vLLM docker image, or "
+        "pick an attention / sampling backend that needs no JIT build.",
+        "CUDA toolkit (nvcc) not found for a JIT kernel build",
+    ),
+    _rule(
         "device_busy",
         "unknown",
         3,

@@ -168,6 +168,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "RESOURCE_EXHAUSTED",
             "OUT_OF_DEVICE_MEMORY",
             "Allocation Failure",
+            "Not enough space to allocate",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
@@ -179,6 +180,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"of memory)",
             # AWS Neuron's runtime could not allocate a tensor on the NeuronCore
             r"\bnrt_tensor_allocate\b.*Allocation Failure",
+            # Tenstorrent's allocator (tt-metal): device DRAM / L1 exhausted
+            r"Out of Memory: Not enough space to allocate \d+ B (?:DRAM|L1)",
             r"(?i:(?:cuda|hip)(?: driver)? error: out of memory)",
             r"OutOfMemoryError: (?:CUDA|HIP)",
             # torch's own OOM exception type, whatever vLLM wrapped its message in ("Error in
@@ -355,6 +358,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Memory access fault by GPU",
             "killed due to memory pressure",
             "Ray killed this worker",
+            "KeyboardInterrupt: terminated",
+            "ray-oom-prevention",
         ),
         [
             r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
@@ -388,6 +393,10 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # Ray's memory monitor kills workers (SIGKILL) when the host runs out of RAM
             r"(?P<killer>Workers? \(tasks / actors\) killed due to memory pressure) \(OOM\)",
             r"exceeds the memory usage threshold of [\d.]+\.\s*(?P<killer>Ray killed this worker)",
+            r"(?P<killer>Refer to the documentation on how to address the out of memory issue): "
+            r"\S*ray-oom-prevention",
+            # vLLM's SIGTERM handler: raise KeyboardInterrupt("terminated")
+            r"^KeyboardInterrupt: (?P<shell_signal>terminated)$",
         ],
         "{signal_hint}",
         "[[{killed_proc}||a vLLM process]] {signal_verb} {signal}",
@@ -448,6 +457,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "No heartbeat received",
             "background task failed",
             "AsyncLLMEngine has failed",
+            "Exception in thread",
         ),
         [
             r"Engine core initialization failed",
@@ -469,6 +479,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"No heartbeat received from MQLLMEngine",  # V0's API server: the engine is gone
             r"Engine background task failed",  # V0's AsyncLLMEngine loop
             r"AsyncLLMEngine has failed",
+            # the V1 engine core's socket threads: one dying stops the engine's requests
+            r"^Exception in thread [^(]*\((?:process_input_sockets?|process_output_sockets?)\)",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
@@ -509,7 +521,13 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "broken_install",
         "unknown",
         3,
-        ("undefined symbol", "failed to be inspected", "models.registry", "Tried to instantiate"),
+        (
+            "undefined symbol",
+            "failed to be inspected",
+            "models.registry",
+            "Tried to instantiate",
+            "object has no attribute",
+        ),
         # a compiled extension built against another torch / CUDA than the one installed; vLLM
         # failing to import a model class in its inspection subprocess (an import error there)
         [
@@ -519,6 +537,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"'vllm\.model_executor\.models\.registry'\]' returned non-zero exit status",
             # vLLM's compiled ops not registered with this torch (_C / _core_C did not load)
             r"Tried to instantiate class '_(?:core_)?C\.\w+', but it does not exist",
+            # an op missing from vLLM's compiled library (a quantized op is the quantization's)
+            r"'_OpNamespace' '_C' object has no attribute '(?P<op>\w+)'",
         ],
         "A compiled library (vLLM's kernels, flash-attn, or another extension) does not match "
         "the installed PyTorch / CUDA (undefined symbol[[ {symbol}]]): the environment is "

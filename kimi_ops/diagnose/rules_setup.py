@@ -5,6 +5,12 @@ from __future__ import annotations
 from kimi_ops.diagnose.hints import _KV_FIX
 from kimi_ops.diagnose.model import Rule, _rule
 
+_NOT_ENOUGH_DEVICES_HINT = (
+    "The parallel sizes ask for more GPUs than the server has[[ ({option}_parallel_size "
+    "{size})]]: lower tensor_parallel_size x pipeline_parallel_size in the profile, or "
+    "give the server more GPUs (CUDA_VISIBLE_DEVICES, the Ray placement group)."
+)
+
 SETUP_RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- bad_argument
     _rule(
@@ -77,14 +83,25 @@ SETUP_RULES: tuple[Rule, ...] = (
         96,
         ("required GPUs exceeds", "greater than the number of available"),
         [
-            r"(?i:number of required GPUs exceeds the total number of available GPUs)",
+            # vLLM <= 0.8 raised it (ValueError); later releases warn and wait (below)
+            r"Error: (?i:the number of required GPUs exceeds the total number of available GPUs)",
             r"(?P<option>tensor|pipeline)_parallel_size \(?(?P<size>\d+)\)? is greater than the "
             r"number of available",
         ],
-        "The parallel sizes ask for more GPUs than the server has[[ ({option}_parallel_size "
-        "{size})]]: lower tensor_parallel_size x pipeline_parallel_size in the profile, or "
-        "give the server more GPUs (CUDA_VISIBLE_DEVICES, the Ray placement group).",
+        _NOT_ENOUGH_DEVICES_HINT,
         "more GPUs asked for than available[[ ({option}_parallel_size {size})]]",
+    ),
+    _rule(
+        "ray_gpus_short",
+        "bad_argument",
+        95,
+        ("required GPUs exceeds",),
+        [r"(?i:number of required GPUs exceeds the total number of available GPUs)"],
+        _NOT_ENOUGH_DEVICES_HINT,
+        "more GPUs asked for than the Ray cluster has",
+        # a warning since vLLM 0.9: the engine then waits for the placement group (Ray's
+        # autoscaler may still add nodes); it counts when the start then fails
+        weak=True,
     ),
     _rule(
         "fp8_block_tp_mismatch",
@@ -207,7 +224,14 @@ SETUP_RULES: tuple[Rule, ...] = (
             r".*?\b(?:[Pp]lease|[Tt]ry|[Cc]onsider|[Yy]ou (?:can|may|should|need to|must))\s+"
             r"(?:to\s+)?(?:increas|decreas|reduc|lower|rais|set|specify|pass|enabl|disabl|adjust"
             r"|chang)\w*\s+(?:the\s+|your\s+)?(?:value\s+of\s+)?[`'\"]?"
-            r"(?P<bad_args>(?:--)?[a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)"
+            r"(?P<bad_args>(?:--)?[a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)",
+            # a value over the limit a max_* option sets ("LoRA rank 32 is greater than
+            # max_lora_rank 16")
+            r"^\s*(?:[\w.]+\.)?\w*Error\b.*\b(?:greater|larger) than (?P<bad_args>max_[a-z_]+)\b",
+            # flags that cannot go together / an env setting refused, named in the message
+            r"^\s*(?:[\w.]+\.)?\w*Error\b.*(?P<bad_args>--[a-z][\w-]+)\b.*\b(?:cannot|can't|must "
+            r"not|are mutually exclusive)\b",
+            r"^\s*(?:[\w.]+\.)?\w*Error\b.*\b(?P<bad_args>VLLM_[A-Z0-9_]+)=\S+ is not supported\b",
         ],
         "vLLM refused a setting and names the option to change: {bad_args}. Adjust it in the "
         "profile (its extra_args[[, now: {extra_args}]]) as the error says.",
@@ -421,6 +445,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             "config.json",
             "is restricted",
             "Cannot find any model weights",
+            "CAS service error",
             "Server Error",
         ),
         [
@@ -449,6 +474,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"No supported config format found in (?P<model>\S+)",
             # V0's weight loader: no weight files at that path / repo
             r"Cannot find any model weights with '?(?P<model>[^'\s)]+)",
+            # the Hub's xet storage failing to send the files
+            r"CAS service error\b.*\bhf\.co\b",
             r"Could not detect config format",
             r"(?:No such file or directory|FileNotFoundError).*'(?P<model>[^']*?)/config\.json'",
         ],
