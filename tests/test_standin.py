@@ -385,12 +385,12 @@ def test_disable_log_requests_depends_on_version(case: Case) -> None:
 
 def test_fp8_kv_on_sm120_with_0171_fails_fast(case: Case) -> None:
     model = write_model(case.tmp / "Kimi-K2.5-NVFP4", nvfp4_quant(), HF_QUANT_FP8)
-    t0 = time.monotonic()
     s = case.serve(model, "--attention-backend", "TRITON_MLA", "--kv-cache-dtype", "auto")
     rc = s.wait_exit(timeout=10)
     assert rc == 1
-    assert time.monotonic() - t0 < 5
     log = s.log()
+    # fast: the backend refuses while the model is built, before any weight is loaded
+    assert "Loading safetensors checkpoint shards" not in log and "Loading weights took" not in log
     assert "Using TRITON_MLA attention backend out of potential backends: ['TRITON_MLA']" in log
     assert "NotImplementedError: TritonMLA V1 with FP8 KV cache not yet supported" in log
     assert "(EngineCore_DP0 pid=" in log and "EngineCore failed to start." in log
@@ -526,10 +526,9 @@ def test_busy_port(case: Case) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        t0 = time.monotonic()
         res = case.run(case.serve_args(model, port))
     assert res.returncode == 1
-    assert time.monotonic() - t0 < 5
+    assert "Starting to load model" not in res.stderr  # the bind fails before the engine starts
     assert "sock.bind(addr)" in res.stderr
     assert res.stderr.rstrip().endswith("OSError: [Errno 98] Address already in use")
 
