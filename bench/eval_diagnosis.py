@@ -70,6 +70,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-k": ("90e3c4d", "67b926e"),
     "blind-l": ("de6c4a9", "437cbb8"),
     "blind-m": ("437cbb8", "474e2ea"),
+    "blind-n": ("93bc4ca", None),
 }
 
 
