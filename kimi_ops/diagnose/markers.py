@@ -480,10 +480,6 @@ _FIND_WORDS: tuple[str, ...] = (
     "^C",
     "Available routes",
     "Available memory: 0,",  # vllm-ascend: nothing left for the KV cache (an INFO line)
-    "failed to start",  # a wrapper's "vLLM failed to start." (no other trigger word)
-    "required GPUs exceeds",  # vLLM's Ray executor warning it is short of GPUs (0.9+)
-    "Not enough space to allocate",  # Tenstorrent's allocator: device memory exhausted
-    "ray-oom-prevention",  # Ray's memory monitor pointing at its OOM docs after a kill
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API

@@ -360,6 +360,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Ray killed this worker",
             "KeyboardInterrupt: terminated",
             "ray-oom-prevention",
+            "OutOfMemoryError",
         ),
         [
             r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
@@ -395,6 +396,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"exceeds the memory usage threshold of [\d.]+\.\s*(?P<killer>Ray killed this worker)",
             r"(?P<killer>Refer to the documentation on how to address the out of memory issue): "
             r"\S*ray-oom-prevention",
+            r"ray\.exceptions\.OutOfMemoryError: (?P<killer>Task was killed due to the node "
+            r"running low on memory)",
             # vLLM's SIGTERM handler: raise KeyboardInterrupt("terminated")
             r"^KeyboardInterrupt: (?P<shell_signal>terminated)$",
         ],

@@ -5,12 +5,6 @@ from __future__ import annotations
 from kimi_ops.diagnose.hints import _KV_FIX
 from kimi_ops.diagnose.model import Rule, _rule
 
-_NOT_ENOUGH_DEVICES_HINT = (
-    "The parallel sizes ask for more GPUs than the server has[[ ({option}_parallel_size "
-    "{size})]]: lower tensor_parallel_size x pipeline_parallel_size in the profile, or "
-    "give the server more GPUs (CUDA_VISIBLE_DEVICES, the Ray placement group)."
-)
-
 SETUP_RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- bad_argument
     _rule(
@@ -81,27 +75,23 @@ SETUP_RULES: tuple[Rule, ...] = (
         "not_enough_devices",
         "bad_argument",
         96,
-        ("required GPUs exceeds", "greater than the number of available"),
+        (
+            "required GPUs exceeds",
+            "greater than the number of available",
+            "Cannot provide a placement group",
+        ),
         [
-            # vLLM <= 0.8 raised it (ValueError); later releases warn and wait (below)
+            # vLLM <= 0.8 raised it (ValueError); later releases only warn, wait for the Ray
+            # placement group (the autoscaler may add nodes), then give up (next pattern)
             r"Error: (?i:the number of required GPUs exceeds the total number of available GPUs)",
+            r"Error: Cannot provide a placement group of placement_group_specs=.* within \d+",
             r"(?P<option>tensor|pipeline)_parallel_size \(?(?P<size>\d+)\)? is greater than the "
             r"number of available",
         ],
-        _NOT_ENOUGH_DEVICES_HINT,
+        "The parallel sizes ask for more GPUs than the server has[[ ({option}_parallel_size "
+        "{size})]]: lower tensor_parallel_size x pipeline_parallel_size in the profile, or "
+        "give the server more GPUs (CUDA_VISIBLE_DEVICES, the Ray placement group).",
         "more GPUs asked for than available[[ ({option}_parallel_size {size})]]",
-    ),
-    _rule(
-        "ray_gpus_short",
-        "bad_argument",
-        95,
-        ("required GPUs exceeds",),
-        [r"(?i:number of required GPUs exceeds the total number of available GPUs)"],
-        _NOT_ENOUGH_DEVICES_HINT,
-        "more GPUs asked for than the Ray cluster has",
-        # a warning since vLLM 0.9: the engine then waits for the placement group (Ray's
-        # autoscaler may still add nodes); it counts when the start then fails
-        weak=True,
     ),
     _rule(
         "fp8_block_tp_mismatch",
