@@ -55,6 +55,8 @@ HELD_OUT_BUCKETS = 3  # of 10: about 30 % of the groups
 MIN_OVERALL = 0.95
 MIN_PER_LABEL = 0.85
 MIN_LABEL_EXCERPTS = 8
+#: A blind set smaller than this cannot show 95% (one miss in 20 is 95%): the check fails.
+MIN_BLIND_EXCERPTS = 100
 #: Blind sets, oldest first: index name (without .tsv) -> (the commit whose rules were frozen
 #: before the set was read, the commit whose rules first learned from its misses, or None while
 #: it is still blind). The last one present is the one the checks run on; a SPENT set scores
@@ -299,6 +301,14 @@ def evaluate(excerpts: list[Excerpt], seeds: int) -> dict[str, Any]:
                 "value": f"{blind_name} spent at {blind['spent_at']}"
                 if blind["spent_at"]
                 else f"{blind_name} still blind",
+            },
+        )
+        rep["checks"].insert(
+            1,
+            {
+                "check": f"the blind set holds >= {MIN_BLIND_EXCERPTS} excerpts",
+                "ok": blind["n"] >= MIN_BLIND_EXCERPTS,
+                "value": blind["n"],
             },
         )
         rep["checked_on"] = f"blind set {blind_name}"

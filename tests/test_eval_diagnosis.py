@@ -114,7 +114,10 @@ def test_safety_checks_fail_the_run(tmp_path: Path) -> None:
     assert "Address already in use" not in out  # never the excerpt
 
 
-def test_the_newest_blind_set_is_what_the_checks_run_on(tmp_path: Path) -> None:
+def test_the_newest_blind_set_is_what_the_checks_run_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(E, "MIN_BLIND_EXCERPTS", 2)  # a two-excerpt set stands for a big one
     held = _group_on(True, "h")
     # the dev corpus: split 0's held-out side fails a safety check, but it is not checked
     _write_corpus(tmp_path, [("a.log", "port_in_use", held, UP)])
@@ -140,6 +143,22 @@ def test_the_newest_blind_set_is_what_the_checks_run_on(tmp_path: Path) -> None:
     _write_corpus(tmp_path, [("e.log", "port_in_use", "new1", PORT)], "u.tsv")
     code, out = run(["--root", str(tmp_path), "--json"])
     assert any("new1" in p for p in json.loads(out)["problems"])
+
+
+def test_a_small_blind_set_cannot_meet_the_checks(tmp_path: Path) -> None:
+    """One miss in 20 is 95%: a blind set under MIN_BLIND_EXCERPTS fails, however it scored."""
+    _write_corpus(tmp_path, [("c.log", "port_in_use", "new1", PORT)], "blind-y.tsv")
+    code, out = run(["--root", str(tmp_path), "--json"])
+    rep = json.loads(out)
+    assert code == 1 and rep["blind"]["accuracy"] == 1.0
+    size = [c for c in rep["checks"] if c["check"].startswith("the blind set holds")]
+    assert size == [
+        {
+            "check": f"the blind set holds >= {E.MIN_BLIND_EXCERPTS} excerpts",
+            "ok": False,
+            "value": 1,
+        }
+    ]
 
 
 def test_a_spent_blind_set_fails_the_checks(
@@ -183,9 +202,9 @@ def test_corpus_evaluation_runs() -> None:
 # XPASS the day the checks hold.
 @NO_CORPUS
 @pytest.mark.xfail(
-    reason="issue 13 Done-when not met: blind sets D-K scored 80.6 / 86.2 / 86.3 / 61.0 / "
-    "78.0 / 79.2 / 82.5 / 71.4% < 95% when first scored; K (newest, unspent) has healthy "
-    "runs read as starting and 2 healthy logs read as failures",
+    reason="issue 13 Done-when not met: blind sets D-N scored 80.6 / 86.2 / 86.3 / 61.0 / "
+    "78.0 / 79.2 / 82.5 / 71.4 / 68.4 (78.6 aligned) / 82.4 / 94.1% < 95% when first scored; "
+    "N (newest, unspent) is 17 excerpts: 16 right, 1 environment failure read as an engine death",
     strict=False,
 )
 def test_corpus_meets_issue_13() -> None:
