@@ -9,6 +9,7 @@ from kimi_ops.diagnose.hints import (
     _KV_FIX_CPU,
     _KV_FIX_NEW,
     _KV_FIX_OLD,
+    _SHELL_SIGNALS,
     _backend_name,
     _render,
     _signal_facts,
@@ -91,20 +92,23 @@ def _in_quant_code(st: _State) -> bool:
 _KV_DTYPE_BY_CONTEXT = frozenset({"float8_kv_dtype_mismatch", "kv_dtype_missing_in_torch"})
 
 
+def _signal_names(groups: Mapping[str, str]) -> set[str]:
+    """The signal names a kill line's groups spell out: ``SIG...``, or a shell's word for one
+    (``Aborted``; vLLM's ``KeyboardInterrupt: terminated`` is its SIGTERM handler)."""
+    return {groups.get("signame") or "", _SHELL_SIGNALS.get(groups.get("shell_signal") or "", "")}
+
+
 def _stop_signal(groups: Mapping[str, str]) -> bool:
     """Do a kill line's groups name SIGTERM / SIGINT / SIGHUP (what a shutdown sends)?"""
-    name = groups.get("signame") or ""
     num = groups.get("signum") or ""
-    stop = name in ("SIGTERM", "SIGINT", "SIGHUP") or num in ("15", "2", "1")
-    return stop or groups.get("shell_signal") == "terminated"
+    return bool(_signal_names(groups) & {"SIGTERM", "SIGINT", "SIGHUP"}) or num in ("15", "2", "1")
 
 
 def _abort_signal(groups: Mapping[str, str]) -> bool:
     """Do a kill line's groups name SIGABRT (an abort: ``Aborted``, 6, exit code 134)?"""
     return (
-        groups.get("signame") == "SIGABRT"
+        "SIGABRT" in _signal_names(groups)
         or groups.get("signum") == "6"
-        or groups.get("shell_signal") == "Aborted"
         or groups.get("exitcode") == "134"
     )
 
