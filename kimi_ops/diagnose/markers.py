@@ -262,6 +262,9 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Shutting down FastAPI",  # the HTTP launcher's stop on SIGINT / SIGTERM (0.4 .. 0.1x)
     }
 )
+#: vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task (an
+#: engine death ends uvicorn without it): a stop request, by a server that was up.
+_FASTAPI_STOP = r"^Shutting down FastAPI HTTP server"
 #: vLLM's own stop sequence, printed only by a server that was up and was asked to stop:
 #: an excerpt that starts after startup and shows it was healthy, then stopped.
 _UP_SHUTDOWN_RE = re.compile(
@@ -271,18 +274,19 @@ _UP_SHUTDOWN_RE = re.compile(
     # the V1 engine core's orderly shutdown: only an engine core that finished starting has
     # one (a failed start logs "EngineCore failed to start" instead)
     r"|^Shutdown initiated \(timeout="
-    # vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task; an
-    # engine death ends uvicorn without it
-    r"|^Shutting down FastAPI HTTP server"
+    rf"|{_FASTAPI_STOP}"
 )
 #: The HTTP server's (uvicorn's) lifespan shutdown: up, then stopped only when a stop request
 #: (``_STOP_REQUEST_RE``) came before it; vLLM also ends it when the engine dies.
 _HTTP_SHUTDOWN_RE = re.compile(r"Waiting for application shutdown|Application shutdown complete")
 _STOP_REQUEST_RE = re.compile(
     r"KeyboardInterrupt|^\^C|signal=SIG(?:TERM|INT)|(?:[Rr]eceived|Sen(?:t|ding)) SIG(?:TERM|INT)"
-    r"|^Shutting down FastAPI HTTP server"
+    rf"|{_FASTAPI_STOP}"
 )
 _TRACEBACK = "Traceback (most recent call last)"
+#: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
+_OFFLINE_DONE = "Processed prompts: 100%"
+_BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting down client\.?$")
 #: An in-process engine (vLLM's ``LLM`` class, or a library that drives it: Unsloth) is ready
 #: once its engine is initialised; it has no HTTP server to wait for. Its own words for that:
 #: ``llm.py``'s "Supported tasks" (V1, after the engine core is up) and Unsloth patching the

@@ -12,6 +12,7 @@ from kimi_ops.diagnose.clean import clean_line
 from kimi_ops.diagnose.markers import (
     _ALL_KEYWORDS,
     _ATTN_FRAME_RE,
+    _BARE_DEATH_RE,
     _DISPATCH,
     _EXC_RE,
     _EXIT_KEYWORDS,
@@ -26,6 +27,7 @@ from kimi_ops.diagnose.markers import (
     _INPROC_READY_RE,
     _NATIVE_FRAME_RE,
     _NEWLINE,
+    _OFFLINE_DONE,
     _PROGRESS_RE,
     _QUANT_CODE_RE,
     _QUANT_FRAME_RE,
@@ -320,11 +322,6 @@ def _analyze_join(prev_raw: str, cur_raw: str, pos: int, events: list[tuple[Any,
         return
     for sep in ("", " "):
         _analyze(prev + sep + cur, pos, events, joined=True)
-
-
-#: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
-_OFFLINE_DONE = "Processed prompts: 100%"
-_BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting down client\.?$")
 
 
 def _exit_noise_after_offline_run(st: _State, name: str, text: str) -> bool:
