@@ -463,6 +463,17 @@ def test_cluster_preflight_refuses_a_different_checkpoint(cluster: dict, tmp_pat
         assert not Path(rdir, "ray.pid").exists()
 
 
+def _end_head(head: subprocess.Popen, temp: str) -> None:
+    """End, by PID, a Ray head this test started: its ``ray start`` group, then every process
+    carrying its marker (KIMI_OPS_RUN_DIR=temp: a raylet or GCS outside the group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(head.pid, signal.SIGKILL)
+    head.wait(timeout=30)
+    for pid in marked_pids(temp):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _start_ray_head(
     ray_python: str, temp: str, env: dict[str, str], log: Path
 ) -> tuple[subprocess.Popen, int]:
@@ -505,12 +516,7 @@ def _start_ray_head(
                 return head, port
             time.sleep(0.5)
         text = log.read_text(errors="replace")
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGKILL)
-        head.wait(timeout=30)
-        for pid in marked_pids(temp):  # a raylet or GCS left by this try
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _end_head(head, temp)  # then try again with fresh ports
     pytest.fail(f"the Ray head did not start in three tries; its output:\n{text[-3000:]}")
 
 
@@ -564,12 +570,7 @@ def test_standin_short_of_gpus_fails_with_vllms_words(ray_python: str, tmp_path:
         ), out[-3000:]
     finally:
         if head is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(head.pid, signal.SIGKILL)
-            head.wait(timeout=30)
-        for pid in marked_pids(temp):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            _end_head(head, temp)
         shutil.rmtree(temp, ignore_errors=True)
 
 
