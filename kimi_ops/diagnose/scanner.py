@@ -159,7 +159,16 @@ class _Line(NamedTuple):
     text: str
 
 
-# Event kinds; on one line they apply in this order.
+# Event kinds; on one line they apply in this order. An event is a tuple (pos, kind, ...):
+#   _EV_FACT         (groups)
+#   _EV_STAGE        (stage, progress, text, run_start, frequent)
+#   _EV_HEALTHY      (text, frequent)
+#   _EV_RULE         (rule name, text, groups)
+#   _EV_EXC          (text, is_wrapper, vllm_printed)
+#   _EV_HEADER, _EV_EXIT, _EV_SHUTDOWN, _EV_FRAME  (text)
+#   _EV_INPROC_READY (text, api_server)
+# The last field of an exception / in-process-ready event is what only the raw line shows
+# (set by _mark_raw_facts); "frequent" marks a serving marker found by _FREQ_HEALTHY's scan.
 _EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
 _EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY = 7, 8, 9
 _ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
@@ -269,9 +278,9 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     if best_stage >= 0:
         pm = _PROGRESS_RE.search(text)
         progress = f"{pm.group(1)}/{pm.group(2)}" if pm else None
-        events.append((_EV_STAGE, best_stage, progress, text, _RUN_START in text))
+        events.append((_EV_STAGE, best_stage, progress, text, _RUN_START in text, False))
         if best_stage >= _HEALTHY_STAGE:
-            events.append((_EV_HEALTHY, text))
+            events.append((_EV_HEALTHY, text, False))
     for idx in sorted(facts):
         m = _FACT_PATTERNS[idx][1].search(text)
         if m is not None:
@@ -289,7 +298,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     if joined:
         return tuple(events)
     if _EXC_RE.match(text):
-        events.append((_EV_EXC, text, is_wrapper))
+        events.append((_EV_EXC, text, is_wrapper, False))
     elif _TRACEBACK in text:
         events.append((_EV_HEADER, text))
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
@@ -298,7 +307,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     if present and not _SHUTDOWN_KEYWORDS.isdisjoint(present):
         events.append((_EV_SHUTDOWN, text))
     if present and not _INPROC_KEYWORDS.isdisjoint(present) and _INPROC_READY_RE.search(text):
-        events.append((_EV_INPROC_READY, text))
+        events.append((_EV_INPROC_READY, text, False))
     if _FRAME_RE.match(text):
         events.append((_EV_FRAME, text))
     return tuple(events)
@@ -351,7 +360,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.facts.update(ev[2])
     elif kind == _EV_STAGE:
         stage, progress, text, run_start = ev[2], ev[3], ev[4], ev[5]
-        if len(ev) > 6 and _traffic_after_exit(st):
+        if ev[6] and _traffic_after_exit(st):
             return
         if progress and progress.startswith("0/") and st.last_crash_pos > st.last_progress_pos:
             return  # a progress bar at 0 flushed after the crash: nothing progressed
@@ -367,7 +376,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_progress_pos = pos
         st.first_exc_since_progress = None
     elif kind == _EV_HEALTHY:
-        frequent = len(ev) > 3 and ev[3]
+        frequent = ev[3]
         if frequent and any(_RULE_LABEL.get(name, "unknown") != "unknown" for name in st.hits):
             # An access-log "200" or a throughput line after a specific failure (the engine
             # died, but the API server still answers /v1/models until it shuts down) is not
@@ -406,7 +415,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         line = _Line(pos, ev[2])
         st.last_exc = line
         st.last_crash_pos = st.last_signal_pos = pos
-        if len(ev) > 4:  # printed by vLLM's logger or under one of its processes' prefixes
+        if ev[4]:  # printed by vLLM's logger or under one of its processes' prefixes
             st.last_vllm_frame_pos = pos
         if not ev[3]:
             if st.first_exc_since_progress is None:
@@ -440,12 +449,12 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_INPROC_READY:
         # an in-process engine past "init engine ... took", with no failure since: it is up
         # (flagged: the API server's own "Supported tasks", see _mark_raw_facts)
-        if len(ev) > 3:
+        if ev[3]:
             return
         recovered = st.last_crash_pos < 0 or st.last_crash_pos < st.last_progress_pos
         if st.stage >= _ENGINE_INITIALIZED and st.healthy_pos < 0 and not st.hits and recovered:
-            _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False))
-            _apply(st, (pos, _EV_HEALTHY, ev[2]))
+            _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False, False))
+            _apply(st, (pos, _EV_HEALTHY, ev[2], False))
             st.facts["in_process"] = "true"
     elif kind == _EV_FRAME:
         # a traceback is printed because an exception propagated: even cut before its
@@ -501,7 +510,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
         raw = raw or scan[ls : scan.find("\n", ls)][:200]
         vllm_exc = kind == _EV_EXC and _VLLM_ORIGIN_RE.search(raw) is not None
         if vllm_exc or (kind == _EV_INPROC_READY and ("APIServer" in raw or "api_server" in raw)):
-            events[i] = (*events[i], True)
+            events[i] = (*events[i][:-1], True)
 
 
 def _process(st: _State, block: str) -> None:
