@@ -22,6 +22,7 @@ MODULES = (
     "model",
     "clean",
     "hints",
+    "options",
     "rules_setup",
     "rules_device",
     "rules_runtime",

@@ -685,3 +685,85 @@ def test_the_offline_example_s_quoted_text_is_never_analysed() -> None:
         "does not fit: torch.OutOfMemoryError: CUDA out of memory.'\n"
     )
     assert diagnose(log).label == "healthy"
+
+
+# --------------------------------------------------- vLLM's config checks refusing a setting
+
+PYDANTIC = "pydantic_core._pydantic_core.ValidationError: 1 validation error for {cls}\n"
+
+
+@pytest.mark.parametrize(
+    ("path", "fn", "label"),
+    [
+        ("config/parallel.py", "__post_init__", "bad_argument"),  # V1 config package
+        ("config.py", "_verify_args", "bad_argument"),  # V0 single config module
+        ("engine/arg_utils.py", "create_engine_config", "bad_argument"),
+        # the same exception raised from model code is an engine bug, not a refused setting
+        ("model_executor/models/llama.py", "load_weights", "engine_dead_other"),
+    ],
+)
+def test_a_valueerror_raised_in_config_code_is_a_refused_setting(
+    path: str, fn: str, label: str
+) -> None:
+    """vLLM validates its options in its config classes and arg_utils; a ValueError whose
+    deepest frame is there is a setting refused, even when the message names no option."""
+    log = (
+        TB
+        + frame("engine/llm_engine.py", "from_engine_args")
+        + frame(path, fn)
+        + f"{W}ValueError: Unsupported ec_role: decoder. Supported roles are ['ec_producer']\n"
+    )
+    d = diagnose(log)
+    assert d.label == label, d.summary
+    if label == "bad_argument":
+        assert d.facts["signature"] == "config_refused"
+        assert "Unsupported ec_role: decoder" in d.hint
+
+
+def test_a_frame_of_an_earlier_traceback_does_not_make_a_refusal() -> None:
+    log = (
+        TB
+        + frame("config/model.py", "__post_init__")
+        + f"{W}KeyError: 'rope_type'\n"
+        + f"{W}ValueError: Unsupported ec_role: decoder\n"
+    )
+    assert diagnose(log).label != "bad_argument"
+
+
+def test_pydantic_validation_of_a_config_class_is_a_refused_setting() -> None:
+    """The real CPU engine's words (vLLM 0.32, --enable-sleep-mode on CPU): the message names
+    no option, the pydantic error names the config class that refused it."""
+    name = "bad_argument__config_refused__cpu032_sleep_mode_on_cpu.log"
+    d = diagnose((FIXTURES / name).read_text())
+    assert (d.label, d.facts["signature"]) == ("bad_argument", "config_refused")
+    assert "Sleep mode is not supported on current platform" in d.hint
+
+
+def test_an_environment_cause_found_by_a_config_check_outranks_the_refusal() -> None:
+    """An unsupported architecture is raised through ModelConfig's validation too: the named
+    cause (an environment problem, ``unknown``) wins over "a config check refused"."""
+    log = PYDANTIC.format(cls="ModelConfig") + (
+        "  Value error, Model architectures ['DeepSeekV3'] are not supported for now. "
+        "Supported architectures: dict_keys(['LlamaForCausalLM']) [type=value_error]\n"
+    )
+    assert diagnose(log).label == "unknown"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "max_num_batched_tokens (16) must be greater than or equal to max_num_seqs (64).",
+        "Invalid data-parallel launch options: `--nnodes 2` requires `--data-parallel-backend "
+        "mp`; got `--data-parallel-backend ray`.",
+        "numa_bind_nodes and numa_bind_cpus require numa_bind=True.",
+    ],
+)
+def test_an_exception_naming_an_engine_option_is_a_refused_setting(message: str) -> None:
+    """No frames at all (a one-line paste): the option the message names says what to fix."""
+    d = diagnose(f"ValueError: {message}\n")
+    assert (d.label, d.facts["signature"]) == ("bad_argument", "error_names_option"), d.summary
+
+
+def test_an_option_name_inside_a_longer_identifier_is_not_an_option() -> None:
+    d = diagnose("ValueError: my_max_num_seqs_table is empty\n")
+    assert d.label != "bad_argument", d.summary

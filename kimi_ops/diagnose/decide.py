@@ -170,6 +170,10 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     active = _without_consequences(st, active, root)
     if facts.get("kv_cache_dtype", "auto") == "auto":  # the selector failed for another reason
         active = [(r, h) for r, h in active if r.name != "kv_dtype_backend_selection"]
+    if any(r.label == "unknown" for r, _ in active):
+        # a named environment cause (an unsupported architecture, no device) is what the
+        # config check that raised it found: it outranks "a config check refused something"
+        active = [(r, h) for r, h in active if r.name != "config_refused"]
     fp8_kv = _fp8_in_kv_cache(st, facts)
     if not fp8_kv:  # a dtype failure outside the KV cache: not a KV-dtype problem
         active = [(r, h) for r, h in active if r.name not in _KV_DTYPE_BY_CONTEXT]

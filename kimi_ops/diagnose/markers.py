@@ -122,6 +122,8 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
         (("LLM engine (v",), r"\bmodel='(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bdevice_config=(?P<device>\w+)"),
         (("def ",), r"^def (?P<triton_kernel>\w+)\("),  # Triton CompilationError echo
+        # pydantic's message under "N validation error(s) for XConfig"
+        (("Value error, ",), r"^\s*Value error, (?P<config_error>.+?)\.?(?: \[type=\w+|$)"),
         (("LLM engine (v",), r"\bquantization=(?P<quantization>(?!None\b)\w+)"),
         (("non-default args",), r"'max_model_len': (?P<max_model_len>\d+)"),
         (("non-default args",), r"'gpu_memory_utilization': (?P<gpu_memory_utilization>[\d.]+)"),
@@ -346,6 +348,14 @@ _ATTN_FRAME_RE = re.compile(
     r"(?i:/attention/|attn|/mla/|_mla\b|\bmla_|kv_?cache|paged_attention|prefix_prefill)"
 )
 _QUANT_FRAME_RE = re.compile(r"(?i:/quantization/|fused_moe|scaled_mm|gemm|matmul|/linear\.py)")
+#: A frame in vLLM's configuration / argument checks: an exception raised there is vLLM
+#: refusing a setting (``_CONFIG_REFUSAL_RE`` says which exceptions count).
+_CONFIG_FRAME_RE = re.compile(
+    r"/vllm/(?:config(?:/|\.py\b)|engine/arg_utils\.py|entrypoints/openai/cli_args\.py)"
+)
+_CONFIG_REFUSAL_RE = re.compile(
+    r"^\s*(?:[\w.]+\.)?(?:Value|NotImplemented)Error: (?P<refusal>.+?)\.?$"
+)
 #: ... of which frames in quantization code proper (not an unquantized linear layer's GEMM)
 _QUANT_CODE_RE = re.compile(r"(?i:/quantization/|scaled_mm|gptq|awq|marlin|gguf|bitsandbytes)")
 #: Triton kernel names (the ``def kernel(`` a CompilationError echoes) of either kind.

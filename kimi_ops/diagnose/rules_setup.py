@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kimi_ops.diagnose.hints import _KV_FIX
 from kimi_ops.diagnose.model import Rule, _rule
+from kimi_ops.diagnose.options import OPTION_NAME
 
 SETUP_RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- bad_argument
@@ -222,10 +223,30 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*(?P<bad_args>--[a-z][\w-]+)\b.*\b(?:cannot|can't|must "
             r"not|are mutually exclusive)\b",
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*\b(?P<bad_args>VLLM_[A-Z0-9_]+)=\S+ is not supported\b",
+            # vLLM's validation of its options: a ValueError / NotImplementedError (or
+            # pydantic's "Value error, ") whose message names an engine option ("max_cpu_loras
+            # (2) must be >= max_loras (4).", "--nnodes 2 requires --data-parallel-backend mp")
+            r"^\s*(?:(?:[\w.]+\.)?(?:Value|NotImplemented)Error: |Value error, ).*?"
+            r"(?P<bad_args>" + OPTION_NAME + ")",
         ],
         "vLLM refused a setting and names the option to change: {bad_args}. Adjust it in the "
         "profile (its extra_args[[, now: {extra_args}]]) as the error says.",
         "a setting was refused: change {bad_args}",
+    ),
+    _rule(
+        "config_refused",
+        "bad_argument",
+        15,
+        ("validation error",),
+        # pydantic validating a vLLM config class (LoRAConfig, ModelConfig...): the message
+        # (a fact, config_error) is on the next line. The scanner also records this rule for
+        # a ValueError raised in vLLM's config code (scanner._note_config_refusal).
+        [r"ValidationError: (?P<refusal>\d+ validation errors? for \w*Config)\b"],
+        "vLLM's configuration check refused a setting: [[{config_error}||{refusal}]]. Change "
+        "that setting in the "
+        "profile (its extra_args[[, now: {extra_args}]]) or the engine arguments; the check "
+        "that raised it is in vLLM's config / argument code[[ ({vllm_version})]].",
+        "a setting was refused: [[{config_error}||{refusal}]]",
     ),
     # ---------------------------------------------------- kv_cache_dtype_unsupported
     _rule(

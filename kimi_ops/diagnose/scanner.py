@@ -13,6 +13,8 @@ from kimi_ops.diagnose.markers import (
     _ALL_KEYWORDS,
     _ATTN_FRAME_RE,
     _BARE_DEATH_RE,
+    _CONFIG_FRAME_RE,
+    _CONFIG_REFUSAL_RE,
     _DISPATCH,
     _EXC_RE,
     _EXIT_KEYWORDS,
@@ -353,6 +355,21 @@ def _traffic_after_exit(st: _State) -> bool:
     return st.healthy_pos < 0 and st.last_exit is not None
 
 
+def _note_config_refusal(st: _State, exc: _Line) -> None:
+    """Record a ValueError / NotImplementedError whose traceback's deepest frame (since the
+    previous exception) is vLLM's config / argument code: vLLM refused a setting, whatever
+    the message says. It is a hit of rule ``config_refused``, whose own pattern reads the
+    other form of the same refusal (pydantic's validation error for a vLLM config class)."""
+    frame = st.last_frame
+    since = max(st.last_exc.pos if st.last_exc is not None else -1, st.healthy_pos)
+    if frame is None or frame.pos <= since or "config_refused" in st.hits:
+        return
+    m = _CONFIG_REFUSAL_RE.match(exc.text)
+    if m is not None and _CONFIG_FRAME_RE.search(frame.text):
+        st.hits["config_refused"] = _Hit(exc.pos, exc.text, {"refusal": m.group("refusal")})
+        st.last_signal_pos = max(st.last_signal_pos, exc.pos)
+
+
 def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     """Fold one event into the state (events arrive in log order)."""
     pos, kind = ev[0], ev[1]
@@ -413,6 +430,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.last_signal_pos = max(st.last_signal_pos, pos)
     elif kind == _EV_EXC:
         line = _Line(pos, ev[2])
+        _note_config_refusal(st, line)
         st.last_exc = line
         st.last_crash_pos = st.last_signal_pos = pos
         if ev[4]:  # printed by vLLM's logger or under one of its processes' prefixes

@@ -68,6 +68,20 @@ def test_bad_flag(deployment: Callable[..., RealDeployment]) -> None:
     assert "--no-such-flag" in hints, run.describe()
 
 
+def test_a_setting_vllm_s_config_check_refuses(deployment: Callable[..., RealDeployment]) -> None:
+    """vLLM's own config validation (pydantic, ModelConfig) refuses sleep mode on CPU: the
+    message names no option, the refusal is still the setting's (bad_argument), with the
+    engine's words in the hint."""
+    dep = deployment("tiny-llama")
+    run = dep.deploy(
+        extra_args=["--dtype", "bfloat16", "--max-model-len", "512", "--enable-sleep-mode"]
+    )
+    assert run.returncode != 0, run.describe()
+    labels, hints = label_and_hint(run.output)
+    assert "bad_argument" in labels, run.describe()
+    assert "Sleep mode is not supported on current platform" in hints, run.describe()
+
+
 def test_max_model_len_over_the_models(deployment: Callable[..., RealDeployment]) -> None:
     dep = deployment("tiny-llama")
     too_long = ["--dtype", "bfloat16", "--max-model-len", "4096"]
