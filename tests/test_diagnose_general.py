@@ -767,3 +767,40 @@ def test_an_exception_naming_an_engine_option_is_a_refused_setting(message: str)
 def test_an_option_name_inside_a_longer_identifier_is_not_an_option() -> None:
     d = diagnose("ValueError: my_max_num_seqs_table is empty\n")
     assert d.label != "bad_argument", d.summary
+
+
+# ------------------------------------------- vLLM's quantization code refusing a scheme
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "RuntimeError: MXFP4 weight + INT8 activation is not supported.",
+        "ValueError: AutoAWQMoEMethod only supports 4bit now.",
+        "ValueError: GPTQ group activation ordering (desc_act=True) is no longer supported. Use "
+        "a checkpoint with static activation ordering or desc_act=False.",
+        "ValueError: nvfp4_per_token online quantization requires a Blackwell (SM100) GPU.",
+    ],
+)
+def test_an_exception_refusing_a_quantization_format_is_quantization_unsupported(
+    message: str,
+) -> None:
+    d = diagnose(f"{TB}{frame('model_executor/layers/linear.py', 'create_weights')}{W}{message}\n")
+    assert (d.label, d.facts["signature"]) == ("quantization_unsupported", "quant_scheme_refused")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # the KV cache's dtype, attention's, a package to install, a TP split: not the scheme's
+        "ValueError: Currently supported kv cache quantization is dtype=fp8_e4m3, however "
+        "received int8",
+        "RuntimeError: DeepGEMM backend is not available or outdated. Please install or update "
+        "the `deep_gemm` to a newer version to enable FP8 kernels.",
+        "ValueError: MXFP8 requires input_size_per_partition (1408) to be divisible by 32.",
+        "AssertionError: FP8 attention requires head_size 128",
+    ],
+)
+def test_a_quantization_word_in_another_failure_is_not_a_refused_scheme(message: str) -> None:
+    d = diagnose(f"{TB}{frame('model_executor/layers/linear.py', 'create_weights')}{W}{message}\n")
+    assert d.facts.get("signature") != "quant_scheme_refused", d.summary

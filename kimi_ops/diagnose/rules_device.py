@@ -260,6 +260,33 @@ DEVICE_RULES: tuple[Rule, ...] = (
         exclude=[r"(?i:compute capability|capability[:<>])"],  # quantization_needs_newer_gpu
     ),
     _rule(
+        "quant_scheme_refused",
+        "quantization_unsupported",
+        18,
+        ("Error",),
+        # vLLM's quantization code refusing the checkpoint's scheme on this device or build,
+        # in any of its many words ("MXFP4 weight + INT8 activation is not supported", "Marlin
+        # W4A8-FP8 only support SM89 or SM12x device", "AutoAWQMoEMethod only supports 4bit
+        # now"): an exception naming a quantization format and refusing it. Not the KV cache's
+        # (a dtype of its own), not attention's, not a missing / outdated package (unknown),
+        # not a shape that the tensor-parallel split does not divide (a size to change).
+        [
+            r"^\s*(?:[\w.]+\.)?(?:Value|NotImplemented|Runtime|Assertion)Error: "
+            r"(?!.*(?i:kv.?cache|attention|\battn|install|outdated|divisible))"
+            r"(?=.*?(?:\b|(?<=[a-z])(?=[A-Z]))(?P<quantization>(?i:nvfp4|mxfp4|mxfp6|mxfp8|fp8|fp4|int4|int8|w4a8|w4a16|"
+            r"w8a8|w8a16|awq|gptq|marlin|machete|gguf|bitsandbytes|compressed[-_ ]tensors|quark|"
+            r"modelopt|exl2|hqq|aqlm|squeezellm))\w*)"
+            r"(?=.*(?i:not (?:yet )?supported|unsupported|only supports?\b|\brequires?\b|"
+            r"not (?:yet )?implemented|no longer supported|does(?: not|n't) support|"
+            r"no (?:\w+ )*(?:kernel|scheme)s? (?:was |were )?found))"
+        ],
+        "vLLM's quantization code refused the checkpoint's scheme ({quantization}) here: "
+        "serve a checkpoint in a format this device and vLLM version run (unquantized, or a "
+        "quantization the build lists for this GPU / CPU), or use the hardware and vLLM "
+        "version the checkpoint was made for.",
+        "quantization {quantization} refused here",
+    ),
+    _rule(
         "model_quantization_unsupported",
         "quantization_unsupported",
         84,
