@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Make two tiny checkpoints with random weights, locally (no download), for the real engine.
+"""Make three tiny checkpoints with random weights, locally (no download), for the real engine.
 
 Run it with the python of the vLLM CPU venv (it needs torch, transformers and tokenizers):
 
@@ -11,7 +11,10 @@ architecture of Kimi-K2.5, with MLA): bf16 weights from a fixed seed, hidden siz
 head size 64 (head size 16 loads on vLLM's CPU build, then crashes on the first request), a
 512-token context, and a word-level tokenizer with a chat template. vLLM's CPU build serves the
 DeepSeek-V3 one with its AMX_MLA backend only with kv_lora_rank 512, qk_rope_head_dim 64 and
-``topk_method: noaux_tc`` (without it, weight loading fails with a KeyError).
+``topk_method: noaux_tc`` (without it, weight loading fails with a KeyError). A third,
+``DIR/tiny-llama-hd80``, is tiny-llama with heads of size 80: only for a failure test (the CPU
+attention backend has kernels for 80, but refuses an FP8 KV cache for a head size that is not a
+multiple of 32).
 
 Cached: each model directory gets a ``kimi-ops-tiny.json`` stamp with the hash of the recipe;
 a directory whose stamp matches is left alone, so a re-run takes about a second. Prints the
@@ -63,6 +66,7 @@ COMMON: dict[str, Any] = {
 
 MODELS: dict[str, dict[str, Any]] = {
     "tiny-llama": {"model_type": "llama", **COMMON, "head_dim": 64},
+    "tiny-llama-hd80": {"model_type": "llama", **COMMON, "head_dim": 80},
     "tiny-dsv3": {
         "model_type": "deepseek_v3",
         **COMMON,

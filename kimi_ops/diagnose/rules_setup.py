@@ -402,6 +402,33 @@ SETUP_RULES: tuple[Rule, ...] = (
         "FP8 KV cache kernel ({fp8_type}) failed to build[[ ({backend})]]",
         weak=True,
     ),
+    _rule(
+        "kv_dtype_refused",
+        "kv_cache_dtype_unsupported",
+        19,
+        ("Error", "Exception"),
+        # an attention backend / platform refusing the KV cache's dtype in any words
+        # ("FlashAttention does not support fp8_e5m2 kv-cache on this device", "FP8 KV cache
+        # on CPU requires x86 with AVX-512 or AMX", "FlexAttention does not support quantized
+        # kv-cache"): an exception naming the KV cache and a dtype, and refusing; the more
+        # specific rules above outrank it. Not the selector's list (a kv_cache_dtype=auto
+        # config there is another reason's), which no_backend_for_kv_dtype reads.
+        [
+            r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): (?P<reason>"
+            r"(?!.*(?:kv_cache_dtype=auto|AttentionSelectorConfig))"
+            r"(?=.*(?i:kv[-_ ]?cache))"
+            r"(?=.*?\b(?P<kv_cache_dtype>(?i:fp8\w*|nvfp4|fp4|int8|int4|float8\w*|quantized))\b)"
+            r"(?=.*(?i:not (?:yet )?supported|unsupported|only supports?\b|\brequires?\b|"
+            r"not (?:yet )?implemented|does(?: not|n't) (?:yet )?support|is not valid|"
+            r"not compatible|incompatible)).+?)\.?$"
+        ],
+        "The attention backend or platform refused the KV-cache dtype[[ {kv_cache_dtype}]]"
+        "[[ (vLLM {vllm_version})]]: {reason}. Serve a 16-bit KV cache: drop --kv-cache-dtype "
+        "from the profile's extra_args[[ (now: {extra_args})]], and if the checkpoint itself "
+        "asks for a quantized KV cache (kv_cache_scheme / kv_cache_quant_algo) run `fab "
+        "patch-kv-config` to remove it; or use a backend / device the engine names for it.",
+        "KV-cache dtype[[ {kv_cache_dtype}]] refused by the attention backend",
+    ),
     # ----------------------------------------------------------- trust_remote_code
     _rule(
         "trust_remote_code",

@@ -47,7 +47,7 @@ def engine() -> Engine:
 
 @pytest.fixture(scope="session")
 def tiny_models(engine: Engine) -> Path:
-    """tiny-llama and tiny-dsv3 (random bf16 weights, made locally; cached)."""
+    """tiny-llama, tiny-dsv3 and tiny-llama-hd80 (random bf16 weights, made locally; cached)."""
     try:
         return make_tiny_models(engine)
     except Exception as exc:  # noqa: BLE001 - reported as the fixture's failure

@@ -82,6 +82,20 @@ def test_a_setting_vllm_s_config_check_refuses(deployment: Callable[..., RealDep
     assert "Sleep mode is not supported on current platform" in hints, run.describe()
 
 
+def test_fp8_kv_cache_refused_for_the_head_size(deployment: Callable[..., RealDeployment]) -> None:
+    """A non-MLA model whose head size (80) the CPU build's FP8 KV cache cannot take: the
+    engine's NotImplementedError is the KV-cache dtype's (not an engine bug), and the hint
+    quotes the engine's reason."""
+    dep = deployment("tiny-llama-hd80")
+    fp8 = ["--dtype", "bfloat16", "--max-model-len", "512", "--kv-cache-dtype", "fp8"]
+    run = dep.deploy(extra_args=fp8)
+    assert run.returncode != 0, run.describe()
+    labels, hints = label_and_hint(run.output)
+    log = "\n--- server log ---\n" + dep.log_text()[-3000:]
+    assert "kv_cache_dtype_unsupported" in labels, run.describe() + log
+    assert "head_size divisible by 32" in hints, run.describe() + log
+
+
 def test_max_model_len_over_the_models(deployment: Callable[..., RealDeployment]) -> None:
     dep = deployment("tiny-llama")
     too_long = ["--dtype", "bfloat16", "--max-model-len", "4096"]
