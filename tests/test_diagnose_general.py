@@ -804,3 +804,24 @@ def test_an_exception_refusing_a_quantization_format_is_quantization_unsupported
 def test_a_quantization_word_in_another_failure_is_not_a_refused_scheme(message: str) -> None:
     d = diagnose(f"{TB}{frame('model_executor/layers/linear.py', 'create_weights')}{W}{message}\n")
     assert d.facts.get("signature") != "quant_scheme_refused", d.summary
+
+
+def test_the_cpu_build_s_ram_short_at_startup_reads_as_the_gpu_s_memory_in_use() -> None:
+    """The real CPU engine (vLLM 0.32, --gpu-memory-utilization 0.99 with other processes on
+    the machine): the same situation as a GPU held by another process, in the CPU's words."""
+    name = "cuda_oom__gpu_memory_in_use__cpu032_node_ram_below_utilization.log"
+    d = diagnose((FIXTURES / name).read_text())
+    assert (d.label, d.facts["signature"]) == ("cuda_oom", "gpu_memory_in_use")
+    assert d.summary == "crashed: CPU memory already in use at startup (13.68/15.09 GiB free)"
+    assert "share of RAM" in d.hint
+
+
+def test_the_cpu_build_s_kv_allocation_short_of_ram_is_memory_in_use() -> None:
+    line = (
+        "ValueError: Available memory on node 0 (2.10/15.09 GiB) on kv cache allocation is less "
+        "than requested memory for kv (4.00/14.00 GiB). Reduce CPU memory used by other "
+        "processes.\n"
+    )
+    d = diagnose(line)
+    assert (d.label, d.facts["signature"]) == ("cuda_oom", "gpu_memory_in_use"), d.summary
+    assert "device memory already in use" in d.summary

@@ -143,18 +143,29 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "gpu_memory_in_use",
         "cuda_oom",
         60,
-        ("less than desired GPU memory utilization",),
+        (
+            "less than desired GPU memory utilization",
+            "less than desired CPU memory utilization",
+            "less than requested memory for kv",
+        ),
+        # the CPU build says it of a NUMA node's RAM ("Available memory on node 0 (13.68/15.09
+        # GiB) on startup is less than desired CPU memory utilization (0.99, 14.94 GiB)"):
+        # there gpu_memory_utilization is the share of the node's RAM
         [
-            r"Free memory on device(?: \S+)? \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\)"
-            r" on startup is less than desired GPU memory utilization "
-            r"\((?P<gpu_memory_utilization>[\d.]+), (?P<want_gib>[\d.]+) GiB\)",
-            r"is less than desired GPU memory utilization",
+            r"(?:Free memory on device|Available memory on node)(?: \S+)? \((?P<free_gib>[\d.]+)"
+            r"/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired (?P<mem_kind>GPU|CPU) "
+            r"memory utilization \((?P<gpu_memory_utilization>[\d.]+), (?P<want_gib>[\d.]+) GiB\)",
+            r"is less than desired (?P<mem_kind>GPU|CPU) memory utilization",
+            r"Available memory on node \S+ \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on "
+            r"kv cache allocation is less than requested memory for kv",
         ],
-        "Only[[ {free_gib} of {total_gib} GiB of]] GPU memory was free at startup, less than "
-        "gpu_memory_utilization[[ {gpu_memory_utilization}]] asks for[[ ({want_gib} GiB)]]: "
-        "another process (often a stale vLLM) holds GPU memory. Check `nvidia-smi`, run `fab "
-        "kill-stale`, or lower gpu_memory_utilization in the profile.",
-        "GPU memory already in use at startup[[ ({free_gib}/{total_gib} GiB free)]]",
+        "Only[[ {free_gib} of {total_gib} GiB of]] [[{mem_kind}||device]] memory was free at "
+        "startup, less than gpu_memory_utilization[[ {gpu_memory_utilization}]] asks for[[ "
+        "({want_gib} GiB)]]: another process (often a stale vLLM) holds that memory. Check "
+        "`nvidia-smi` (on CPU: `free -g`), run `fab kill-stale`, or lower "
+        "gpu_memory_utilization in the profile (on the CPU build it is the share of RAM).",
+        "[[{mem_kind}||device]] memory already in use at startup"
+        "[[ ({free_gib}/{total_gib} GiB free)]]",
     ),
     _rule(
         "cuda_oom",
