@@ -14,7 +14,8 @@ DeepSeek-V3 one with its AMX_MLA backend only with kv_lora_rank 512, qk_rope_hea
 ``topk_method: noaux_tc`` (without it, weight loading fails with a KeyError). A third,
 ``DIR/tiny-llama-hd80``, is tiny-llama with heads of size 80: only for a failure test (the CPU
 attention backend has kernels for 80, but refuses an FP8 KV cache for a head size that is not a
-multiple of 32).
+multiple of 32). And ``DIR/tiny-llama-custom`` is tiny-llama whose config.json points at custom
+modeling code in the checkpoint (``auto_map``), as a model that needs ``--trust-remote-code``.
 
 Cached: each model directory gets a ``kimi-ops-tiny.json`` stamp with the hash of the recipe;
 a directory whose stamp matches is left alone, so a re-run takes about a second. Prints the
@@ -67,6 +68,18 @@ COMMON: dict[str, Any] = {
 MODELS: dict[str, dict[str, Any]] = {
     "tiny-llama": {"model_type": "llama", **COMMON, "head_dim": 64},
     "tiny-llama-hd80": {"model_type": "llama", **COMMON, "head_dim": 80},
+    "tiny-llama-custom": {
+        "model_type": "llama",
+        **COMMON,
+        "head_dim": 64,
+        # written into the checkpoint, and named by config.json's auto_map / architectures
+        "custom_code": {
+            "configuration_tiny.py": "from transformers import LlamaConfig\n\n\n"
+            "class TinyConfig(LlamaConfig):\n    model_type = 'llama'\n",
+            "modeling_tiny.py": "from transformers import LlamaForCausalLM\n\n\n"
+            "class TinyCustomForCausalLM(LlamaForCausalLM):\n    pass\n",
+        },
+    },
     "tiny-dsv3": {
         "model_type": "deepseek_v3",
         **COMMON,
@@ -154,12 +167,23 @@ def make_model(path: Path, name: str) -> None:
     vocab_size = save_tokenizer(tmp)
     spec = dict(MODELS[name])
     model_type = spec.pop("model_type")
+    custom_code: dict[str, str] = spec.pop("custom_code", {})
     config = AutoConfig.for_model(model_type, vocab_size=vocab_size, **spec)
     config.dtype = torch.bfloat16
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(str(tmp), safe_serialization=True)
     GenerationConfig(bos_token_id=2, eos_token_id=3, pad_token_id=1).save_pretrained(str(tmp))
+    if custom_code:
+        for filename, text in custom_code.items():
+            (tmp / filename).write_text(text)
+        cfg = json.loads((tmp / "config.json").read_text())
+        cfg["architectures"] = ["TinyCustomForCausalLM"]
+        cfg["auto_map"] = {
+            "AutoConfig": "configuration_tiny.TinyConfig",
+            "AutoModelForCausalLM": "modeling_tiny.TinyCustomForCausalLM",
+        }
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (tmp / STAMP).write_text(
         json.dumps({"recipe": recipe_hash(name), "seed": SEED, "model_type": model_type}) + "\n"
     )

@@ -47,7 +47,8 @@ def engine() -> Engine:
 
 @pytest.fixture(scope="session")
 def tiny_models(engine: Engine) -> Path:
-    """tiny-llama, tiny-dsv3 and tiny-llama-hd80 (random bf16 weights, made locally; cached)."""
+    """tiny-llama, tiny-dsv3, tiny-llama-hd80 and tiny-llama-custom (random bf16 weights, made
+    locally; cached)."""
     try:
         return make_tiny_models(engine)
     except Exception as exc:  # noqa: BLE001 - reported as the fixture's failure

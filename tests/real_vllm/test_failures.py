@@ -96,6 +96,21 @@ def test_fp8_kv_cache_refused_for_the_head_size(deployment: Callable[..., RealDe
     assert "head_size divisible by 32" in hints, run.describe() + log
 
 
+def test_custom_code_without_trust_remote_code(
+    deployment: Callable[..., RealDeployment],
+) -> None:
+    """A checkpoint whose config.json names custom modeling code (auto_map): vLLM warns that
+    the code needs trust_remote_code, then fails on the unknown architecture. The cause is
+    the missing flag (trust_remote_code), not the architecture."""
+    dep = deployment("tiny-llama-custom")
+    run = dep.deploy(extra_args=["--dtype", "bfloat16", "--max-model-len", "512"])
+    assert run.returncode != 0, run.describe()
+    labels, hints = label_and_hint(run.output)
+    log = "\n--- server log ---\n" + dep.log_text()[-3000:]
+    assert "trust_remote_code" in labels, run.describe() + log
+    assert "--trust-remote-code" in hints, run.describe() + log
+
+
 def test_max_model_len_over_the_models(deployment: Callable[..., RealDeployment]) -> None:
     dep = deployment("tiny-llama")
     too_long = ["--dtype", "bfloat16", "--max-model-len", "4096"]
