@@ -321,6 +321,21 @@ def test_missing_shard_fails_naming_it() -> None:
     assert SHARDS[2] in check.detail and "1 of 3" in check.detail
 
 
+def test_custom_code_without_trust_remote_code_warns_naming_the_files() -> None:
+    """The Kimi checkpoint names its own code (auto_map): with trust_remote_code false the
+    engine refuses to load it unless it implements the architecture itself (only it knows)."""
+    check = by_name(run_checks(profile(trust_remote_code=False), make_facts()), "model_code")
+    assert check.status == "warn", check.detail
+    assert "configuration_kimi_k25.py, modeling_kimi_k25.py" in check.detail
+    assert "kimi.trust_remote_code true" in check.detail
+    # trusted (the default), or no custom code: nothing to say
+    names = [c.name for c in run_checks(profile(), make_facts())]
+    assert "model_code" not in names
+    plain = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    checks = run_checks(profile(trust_remote_code=False), make_facts(config_json=plain))
+    assert "model_code" not in [c.name for c in checks]
+
+
 def test_missing_config_json_fails() -> None:
     facts = make_facts(config_json=(1, "head: cannot open 'c': No such file or directory"))
     check = by_name(run_checks(profile(), facts), "model_config")

@@ -92,6 +92,9 @@ def _check_model(profile: Profile, facts: HostFacts) -> list[Check]:
             else ""
         )
         checks.append(Check("model_config", "pass", f"{arch}; {_quant_summary(facts)}{patched}"))
+        code = _custom_code_check(profile, facts.config_json)
+        if code is not None:
+            checks.append(code)
 
     files = facts.model_files
     if files is None:
@@ -143,3 +146,21 @@ def _check_model(profile: Profile, facts: HostFacts) -> list[Check]:
             Check("model_shards", "pass", f"all {len(shards)} shards present ({_gib(total)})")
         )
     return checks
+
+
+def _custom_code_check(profile: Profile, config: dict[str, object]) -> Check | None:
+    """The checkpoint names its own modeling code (config.json ``auto_map``) while the profile
+    does not trust remote code: vLLM refuses to run that code, so unless this vLLM implements
+    the architecture itself the engine fails to start (``trust_remote_code``). A warning: only
+    the engine knows whether it has the architecture built in."""
+    auto_map = config.get("auto_map")
+    if not isinstance(auto_map, dict) or not auto_map or profile.trust_remote_code:
+        return None
+    modules = sorted({str(v).split(".", 1)[0] + ".py" for v in auto_map.values() if v})
+    return Check(
+        "model_code",
+        "warn",
+        f"config.json names custom code ({', '.join(modules)}) and trust_remote_code is false: "
+        "unless this vLLM implements the architecture itself it refuses to load the model; "
+        "review those files, then set kimi.trust_remote_code true",
+    )

@@ -105,6 +105,8 @@ def test_custom_code_without_trust_remote_code(
     dep = deployment("tiny-llama-custom")
     run = dep.deploy(extra_args=["--dtype", "bfloat16", "--max-model-len", "512"])
     assert run.returncode != 0, run.describe()
+    # preflight warned before launch, naming the code files
+    assert "model_code" in run.output and "modeling_tiny.py" in run.output, run.describe()
     labels, hints = label_and_hint(run.output)
     log = "\n--- server log ---\n" + dep.log_text()[-3000:]
     assert "trust_remote_code" in labels, run.describe() + log
