@@ -173,6 +173,19 @@ SETUP_RULES: tuple[Rule, ...] = (
         "--quantization {bad_value} does not match the checkpoint ({quantization})",
     ),
     _rule(
+        "quantization_flag_without_config",
+        "bad_argument",
+        96,
+        ("Cannot find the config file for",),
+        # --quantization X on a checkpoint that has no X quantization config (the real CPU
+        # engine's words for --quantization awq on an unquantized model, vLLM 0.32)
+        [r"Cannot find the config file for (?P<bad_value>[\w\-]+)"],
+        "--quantization {bad_value} is set, but the checkpoint has no {bad_value} quantization "
+        "config: drop --quantization from the profile's extra_args[[ (now: {extra_args})]] "
+        "for an unquantized checkpoint, or point the profile's model at a {bad_value} one.",
+        "--quantization {bad_value} on a checkpoint without {bad_value} config",
+    ),
+    _rule(
         "argparse_usage",
         "bad_argument",
         60,
@@ -226,8 +239,9 @@ SETUP_RULES: tuple[Rule, ...] = (
             # vLLM's validation of its options: a ValueError / NotImplementedError (or
             # pydantic's "Value error, ") whose message names an engine option ("max_cpu_loras
             # (2) must be >= max_loras (4).", "--nnodes 2 requires --data-parallel-backend mp")
-            r"^\s*(?:(?:[\w.]+\.)?(?:Value|NotImplemented)Error: |Value error, ).*?"
-            r"(?P<bad_args>" + OPTION_NAME + ")",
+            # (not in pydantic's echo of the arguments after " [type=")
+            r"^\s*(?:(?:[\w.]+\.)?(?:Value|NotImplemented)Error: |Value error, )"
+            r"(?:(?! \[type=).)*?(?P<bad_args>" + OPTION_NAME + ")",
         ],
         "vLLM refused a setting and names the option to change: {bad_args}. Adjust it in the "
         "profile (its extra_args[[, now: {extra_args}]]) as the error says.",
@@ -522,5 +536,35 @@ SETUP_RULES: tuple[Rule, ...] = (
         "valid Hugging Face repo id; for Hub downloads also check HF_TOKEN (gated repos) and "
         "the host's network access.",
         "model not found or not accessible[[: {model}]]",
+    ),
+    _rule(
+        "weights_file_corrupt",
+        "model_not_found",
+        84,
+        ("Error while deserializing header", "PytorchStreamReader failed"),
+        # a weight file that is not whole: a truncated safetensors shard (the real CPU
+        # engine's words, vLLM 0.32), a broken .bin (torch's zip reader)
+        [
+            r"Error while deserializing header: (?P<why>[\w ,]+)",
+            r"PytorchStreamReader failed (?P<why>[\w ,]+)",
+        ],
+        "A weight file of the model is not whole[[ ({why})]]: an interrupted download or copy. "
+        "Compare the shard sizes with the source's and download the checkpoint again[[ into "
+        "{model}]].",
+        "a weight file is corrupt or truncated[[ ({why})]]",
+    ),
+    _rule(
+        "tokenizer_files_missing",
+        "model_not_found",
+        84,
+        ("instantiate the backend tokenizer",),
+        # transformers with no tokenizer.json (nor a slow tokenizer's files) in the model
+        # directory (the real CPU engine's words, vLLM 0.32)
+        [r"Couldn't instantiate the backend tokenizer"],
+        "The model's tokenizer files are missing or unusable (no tokenizer.json, nor a "
+        "tokenizer.model with sentencepiece installed): copy the checkpoint's tokenizer files "
+        "into the model directory[[ ({model})]], or set --tokenizer in extra_args to a "
+        "directory or repo that has them.",
+        "tokenizer files missing from the model",
     ),
 )
