@@ -816,12 +816,11 @@ def test_the_cpu_build_s_ram_short_at_startup_reads_as_the_gpu_s_memory_in_use()
     assert "share of RAM" in d.hint
 
 
-def test_the_cpu_build_s_kv_allocation_short_of_ram_is_memory_in_use() -> None:
-    line = (
-        "ValueError: Available memory on node 0 (2.10/15.09 GiB) on kv cache allocation is less "
-        "than requested memory for kv (4.00/14.00 GiB). Reduce CPU memory used by other "
-        "processes.\n"
-    )
-    d = diagnose(line)
-    assert (d.label, d.facts["signature"]) == ("cuda_oom", "gpu_memory_in_use"), d.summary
-    assert "device memory already in use" in d.summary
+def test_the_cpu_build_s_kv_cache_larger_than_free_ram_is_out_of_memory() -> None:
+    """The real CPU engine with --kv-cache-memory-bytes 200G: the KV cache asked for does not
+    fit in the node's free RAM; the fix is the KV size, so the hint names its options."""
+    name = "cuda_oom__kv_space_exceeds_memory__cpu032_kv_cache_memory_bytes_200g.log"
+    d = diagnose((FIXTURES / name).read_text())
+    assert (d.label, d.facts["signature"]) == ("cuda_oom", "kv_space_exceeds_memory")
+    assert "200.0 GiB asked" in d.summary
+    assert "--kv-cache-memory-bytes" in d.hint and "VLLM_CPU_KVCACHE_SPACE" in d.hint

@@ -146,7 +146,6 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         (
             "less than desired GPU memory utilization",
             "less than desired CPU memory utilization",
-            "less than requested memory for kv",
         ),
         # the CPU build says it of a NUMA node's RAM ("Available memory on node 0 (13.68/15.09
         # GiB) on startup is less than desired CPU memory utilization (0.99, 14.94 GiB)"):
@@ -156,8 +155,6 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired (?P<mem_kind>GPU|CPU) "
             r"memory utilization \((?P<gpu_memory_utilization>[\d.]+), (?P<want_gib>[\d.]+) GiB\)",
             r"is less than desired (?P<mem_kind>GPU|CPU) memory utilization",
-            r"Available memory on node \S+ \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on "
-            r"kv cache allocation is less than requested memory for kv",
         ],
         "Only[[ {free_gib} of {total_gib} GiB of]] [[{mem_kind}||device]] memory was free at "
         "startup, less than gpu_memory_utilization[[ {gpu_memory_utilization}]] asks for[[ "
@@ -166,6 +163,22 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "gpu_memory_utilization in the profile (on the CPU build it is the share of RAM).",
         "[[{mem_kind}||device]] memory already in use at startup"
         "[[ ({free_gib}/{total_gib} GiB free)]]",
+    ),
+    _rule(
+        "kv_space_exceeds_memory",
+        "cuda_oom",
+        61,
+        ("less than requested memory for kv",),
+        # the CPU build: the KV cache asked for (--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE)
+        # does not fit in the node's free RAM (the real engine with --kv-cache-memory-bytes 200G)
+        [
+            r"Available memory on node \S+ \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on "
+            r"kv cache allocation is less than requested memory for kv \((?P<want_gib>[\d.]+)"
+        ],
+        "The KV cache asked for[[ ({want_gib} GiB)]] does not fit in the memory free at startup"
+        "[[ ({free_gib} of {total_gib} GiB)]]: lower --kv-cache-memory-bytes or "
+        "VLLM_CPU_KVCACHE_SPACE in the profile, or free the memory other processes hold.",
+        "KV cache larger than the free memory[[ ({want_gib} GiB asked, {free_gib} GiB free)]]",
     ),
     _rule(
         "cuda_oom",

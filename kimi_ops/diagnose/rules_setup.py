@@ -80,6 +80,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             "required GPUs exceeds",
             "greater than the number of available",
             "Cannot provide a placement group",
+            "is larger than the number of available",
+            "Not enough allowed NUMA nodes",
         ),
         [
             # vLLM <= 0.8 raised it (ValueError); later releases only warn, wait for the Ray
@@ -88,11 +90,17 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"Error: Cannot provide a placement group of placement_group_specs=.* within \d+",
             r"(?P<option>tensor|pipeline)_parallel_size \(?(?P<size>\d+)\)? is greater than the "
             r"number of available",
+            # vLLM 0.32's ParallelConfig ("World size (8) is larger than the number of available
+            # GPUs (4) in this node")
+            r"World size \((?P<size>\d+)\) is larger than the number of available GPUs",
+            # the CPU build: one NUMA node per worker (the real engine with TP 4 on one node)
+            r"Not enough allowed NUMA nodes to bind threads of (?P<size>\d+) local CPUWorkers",
         ],
-        "The parallel sizes ask for more GPUs than the server has[[ ({option}_parallel_size "
-        "{size})]]: lower tensor_parallel_size x pipeline_parallel_size in the profile, or "
-        "give the server more GPUs (CUDA_VISIBLE_DEVICES, the Ray placement group).",
-        "more GPUs asked for than available[[ ({option}_parallel_size {size})]]",
+        "The parallel sizes ask for more devices than the server has[[ ({option}_parallel_size "
+        "{size})]][[ ({size} workers)]]: lower tensor_parallel_size x pipeline_parallel_size in "
+        "the profile, or give the server more GPUs (CUDA_VISIBLE_DEVICES, the Ray placement "
+        "group; on the CPU build each worker needs a NUMA node of its own).",
+        "more devices asked for than available[[ ({option}_parallel_size {size})]]",
     ),
     _rule(
         "fp8_block_tp_mismatch",
@@ -505,7 +513,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"(?:^|\s)(?:(?P<model>[\w.\-/]+) )?does not appear to have a file "
             r"named (?P<missing_file>(?:config|params)\.json|[\w.\-]+\.(?:safetensors|bin|gguf))",
             r"^(?:[\w.]+\.)?HFValidationError\b",
-            r"Repo id must (?:be in the form|use alphanumeric)",
+            r"Repo id must (?:be in the form|use alphanumeric)[^:]*(?::\s*'(?P<model>[^']+)')?",
             r"RepositoryNotFoundError|Repository Not Found for url",
             r"'?(?P<model>[^'\s]+?)'? is not a local folder and is not a valid model identifier",
             r"40[13] Client Error.*huggingface",
