@@ -50,7 +50,7 @@ def clean_line(line: str) -> str:
     ``(VllmWorker rank=3 pid=4)``), ``[rank0]:``, pytest's ``E   ``, the vLLM / uvicorn level prefix
     (``INFO 03-20 14:02:11 [file.py:12] ``, ``ERROR:    ``). Traceback indentation is
     kept. A log record glued after a tqdm bar (no newline between them) is cut out; a
-    leading Ctrl-C echo ``^C`` is kept as ``"^C "``.
+    leading Ctrl-C echo ``^C`` is kept as ``"^C "``; a trailing caret-notation ``^M`` goes.
     """
     s = line
     if "\x1b" in s:
@@ -67,6 +67,8 @@ def clean_line(line: str) -> str:
     if "**(" in s:  # a process prefix set in markdown bold: **(VllmWorker TP0 pid=1)**
         s = _BOLD_PREFIX_RE.sub(r"\1", s)
     s = s.rstrip()
+    if s.endswith("^M"):  # a carriage return in caret notation (pasted from `cat -v`, less)
+        s = s[:-2].rstrip()
     if s.startswith("^C") and len(s) > 2:  # Ctrl-C echoed before a record: keep the mark
         return "^C " + clean_line(s[2:])
     if s.endswith(("│", "┃")):

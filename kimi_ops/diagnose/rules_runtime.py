@@ -448,10 +448,17 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "cuda_runtime_error",
         "engine_dead_other",
         6,
-        ("CUDA error: ", "HIP error: "),
+        ("CUDA error: ", "HIP error: ", "Search for `cudaError"),
         # a GPU kernel fault while running (out of memory is cuda_oom's; "no kernel image" and
         # "invalid device function" are unsupported_gpu's, which rank higher)
-        [r"\b(?:CUDA|HIP) error: (?P<cuda_error>(?!out of memory)[a-z][^'\\\n]*?)\.?(?:'|\\n|$)"],
+        [
+            r"\b(?:CUDA|HIP) error: (?P<cuda_error>(?!out of memory)[a-z][^'\\\n]*?)\.?(?:'|\\n|$)",
+            # PyTorch's footer of a CUDA error report names the error code even when the
+            # excerpt cuts the "CUDA error:" line ("Search for `cudaErrorAssert' in https://
+            # docs.nvidia.com/cuda/..."); codes of other labels' causes are theirs
+            r"^Search for `(?P<cuda_error>cudaError(?!MemoryAllocation|NoKernelImageForDevice|"
+            r"UnsupportedPtxVersion|InsufficientDriver|NoDevice|DevicesUnavailable)\w+)' in https",
+        ],
         "A GPU kernel failed while the engine ran (CUDA error: {cuda_error}): a kernel, driver or "
         "vLLM bug rather than a setting. Retry with --enforce-eager in extra_args (rules out "
         "CUDA graphs and torch.compile), run once with CUDA_LAUNCH_BLOCKING=1 in the profile's "
