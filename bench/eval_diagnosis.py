@@ -73,7 +73,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-l": ("de6c4a9", "437cbb8"),
     "blind-m": ("437cbb8", "474e2ea"),
     "blind-n": ("93bc4ca", None),
-    "blind-o": ("883326c", None),
+    "blind-o": ("883326c", "dccc5df"),
 }
 
 
