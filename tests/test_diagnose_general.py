@@ -824,3 +824,36 @@ def test_the_cpu_build_s_kv_cache_larger_than_free_ram_is_out_of_memory() -> Non
     assert (d.label, d.facts["signature"]) == ("cuda_oom", "kv_space_exceeds_memory")
     assert "200.0 GiB asked" in d.summary
     assert "--kv-cache-memory-bytes" in d.hint and "VLLM_CPU_KVCACHE_SPACE" in d.hint
+
+
+def test_an_exception_under_the_serve_argument_check_is_a_refused_setting() -> None:
+    """vLLM's serve command checks its arguments in validate_parsed_serve_args; what it calls
+    (the chat template's path: the real CPU engine, vLLM 0.32, --chat-template tool_use) raises
+    a VLLMValidationError from chat_utils: still the argument's refusal."""
+    name = "bad_argument__config_refused__cpu032_chat_template_path_missing.log"
+    d = diagnose((FIXTURES / name).read_text())
+    assert (d.label, d.facts["signature"]) == ("bad_argument", "config_refused")
+    assert "chat template string (tool_use) appears path-like" in d.hint
+
+
+def test_a_typeerror_while_the_cli_imports_a_plugin_is_no_refused_setting() -> None:
+    """cli_args.py also builds the parser, which imports platform plugins: a plugin's own bug
+    there (a dataclass TypeError) is not an argument refused."""
+    log = (
+        TB
+        + frame("entrypoints/openai/cli_args.py", "make_arg_parser")
+        + f'{W}  File "/usr/lib/python3.11/dataclasses.py", line 545, in _init_fn\n'
+        + f"{W}TypeError: non-default argument 'send_mode' follows default argument\n"
+    )
+    assert diagnose(log).label != "bad_argument"
+
+
+def test_an_in_process_engine_s_ready_line_may_be_indented_by_a_page() -> None:
+    log = (
+        "    INFO 07-02 17:09:11 [llm_engine.py:447] init engine (profile, create kv cache, "
+        "warmup model) took 70.01 seconds\n"
+        "    Unsloth 2025.6.12 patched 40 layers with 0 QKV layers, 0 O layers and 40 MLP "
+        "layers.\n"
+    )
+    d = diagnose(log)
+    assert (d.label, d.facts.get("in_process")) == ("healthy", "true"), d.summary

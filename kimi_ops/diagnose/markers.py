@@ -294,7 +294,7 @@ _BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting 
 #: ``llm.py``'s "Supported tasks" (V1, after the engine core is up) and Unsloth patching the
 #: model (after vLLM loaded it). They count only after "init engine ... took" (the scanner
 #: checks): Unsloth also talks while vLLM is still loading.
-_INPROC_READY_RE = re.compile(r"^Supported[_ ]tasks: |^Unsloth\b")
+_INPROC_READY_RE = re.compile(r"^\s*(?:Supported[_ ]tasks: |Unsloth\b)")  # (a page indents)
 _INPROC_KEYWORDS: frozenset[str] = frozenset({"Supported_tasks", "Supported tasks", "Unsloth"})
 #: Request-log lines (and the offline example's "Prompt: .., Generated text: ..") quote user
 #: text, which may contain anything: never analysed.
@@ -353,8 +353,13 @@ _QUANT_FRAME_RE = re.compile(r"(?i:/quantization/|fused_moe|scaled_mm|gemm|matmu
 _CONFIG_FRAME_RE = re.compile(
     r"/vllm/(?:config(?:/|\.py\b)|engine/arg_utils\.py|entrypoints/openai/cli_args\.py)"
 )
+#: ... and the serve command's own argument check (cli_args' validate_parsed_serve_args, not
+#: the parser's construction, which imports plugins): whatever it calls (a chat template's
+#: path, a tool parser's name) is checking an argument
+_ARG_CHECK_FRAME_RE = re.compile(r"\bin validate_parsed_serve_args\b")
 _CONFIG_REFUSAL_RE = re.compile(
-    r"^\s*(?:[\w.]+\.)?(?:Value|NotImplemented)Error: (?P<refusal>.+?)\.?$"
+    r"^\s*(?:[\w.]+\.)?(?P<kind>Value|NotImplemented|VLLMValidation|Type)Error: "
+    r"(?P<refusal>.+?)\.?$"
 )
 #: ... of which frames in quantization code proper (not an unquantized linear layer's GEMM)
 _QUANT_CODE_RE = re.compile(r"(?i:/quantization/|scaled_mm|gptq|awq|marlin|gguf|bitsandbytes)")

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from kimi_ops.diagnose.clean import clean_line
 from kimi_ops.diagnose.markers import (
     _ALL_KEYWORDS,
+    _ARG_CHECK_FRAME_RE,
     _ATTN_FRAME_RE,
     _BARE_DEATH_RE,
     _CONFIG_FRAME_RE,
@@ -204,6 +205,7 @@ class _State:
         "last_attn_frame_pos",
         "last_quant_frame_pos",
         "last_quant_code_pos",
+        "last_arg_check_pos",
         "tail",
         "tail_provisional",
     )
@@ -233,6 +235,7 @@ class _State:
         self.last_attn_frame_pos = -1  # ... in attention / KV-cache code
         self.last_quant_frame_pos = -1  # ... in weight-quantization / GEMM / MoE code
         self.last_quant_code_pos = -1  # ... in vLLM's quantization code proper
+        self.last_arg_check_pos = -1  # ... in the serve command's argument check
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -356,16 +359,22 @@ def _traffic_after_exit(st: _State) -> bool:
 
 
 def _note_config_refusal(st: _State, exc: _Line) -> None:
-    """Record a ValueError / NotImplementedError whose traceback's deepest frame (since the
-    previous exception) is vLLM's config / argument code: vLLM refused a setting, whatever
-    the message says. It is a hit of rule ``config_refused``, whose own pattern reads the
-    other form of the same refusal (pydantic's validation error for a vLLM config class)."""
+    """Record a ValueError / NotImplementedError whose traceback (since the previous
+    exception) ends in vLLM's config / argument code, or one of those or a TypeError /
+    VLLMValidationError raised under the serve command's argument check: vLLM refused a
+    setting, whatever the message says. It is a hit of rule ``config_refused``, whose own
+    pattern reads the other form of the same refusal (pydantic's validation error for a vLLM
+    config class)."""
     frame = st.last_frame
     since = max(st.last_exc.pos if st.last_exc is not None else -1, st.healthy_pos)
     if frame is None or frame.pos <= since or "config_refused" in st.hits:
         return
     m = _CONFIG_REFUSAL_RE.match(exc.text)
-    if m is not None and _CONFIG_FRAME_RE.search(frame.text):
+    if m is None:
+        return
+    # a TypeError in config code may be a bug; under the argument check it is a refusal
+    in_config = m.group("kind") != "Type" and _CONFIG_FRAME_RE.search(frame.text) is not None
+    if in_config or st.last_arg_check_pos > since:
         st.hits["config_refused"] = _Hit(exc.pos, exc.text, {"refusal": m.group("refusal")})
         st.last_signal_pos = max(st.last_signal_pos, exc.pos)
 
@@ -481,6 +490,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_crash_pos = pos
         if "/vllm/" in ev[2]:
             st.last_vllm_frame_pos = pos
+            if _ARG_CHECK_FRAME_RE.search(ev[2]):
+                st.last_arg_check_pos = pos
         if _ATTN_FRAME_RE.search(ev[2]):
             st.last_attn_frame_pos = pos
         elif _QUANT_FRAME_RE.search(ev[2]):
