@@ -1,4 +1,5 @@
-"""Rules, part 2: the device cannot run it (unsupported GPU / accelerator, quantization)."""
+"""Rules, part 2: the device or environment cannot run it (unsupported GPU / accelerator,
+quantization; unknown: no device, a broken install, an unknown model architecture)."""
 
 from __future__ import annotations
 
@@ -419,5 +420,28 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "deployment started; otherwise find it with `lsof /dev/vfio/*` or `fuser`), remove a "
         "stale /tmp/libtpu_lockfile if no process holds it, then redeploy.",
         "accelerator busy (held by another process)",
+    ),
+    _rule(
+        "unsupported_model",
+        "unknown",
+        3,
+        (
+            "are not supported for now",
+            "is not supported for now",
+            "does not recognize this arch",
+            "are not supported on",
+        ),
+        [
+            # also a platform's own list ("... are not supported on Neuron for now")
+            r"Model architectures? \[?(?P<arch>[^\]]*?)\]? (?:are|is) not supported "
+            r"(?:on (?P<platform>\w+) )?for now",
+            r"model type `(?P<model_type>[\w\-]+)` but Transformers does not recognize this "
+            r"architecture",
+            r"does not recognize this architecture",
+        ],
+        "This vLLM / transformers does not know the model architecture[[ {arch}]]"
+        "[[ (model type {model_type})]][[ on {platform}]]: upgrade vLLM (and transformers) to a "
+        "release that supports it, or set trust_remote_code if the model ships its own code.",
+        "model architecture not supported[[: {arch}]]",
     ),
 )

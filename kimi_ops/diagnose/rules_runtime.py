@@ -492,6 +492,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "background task failed",
             "AsyncLLMEngine has failed",
             "Exception in thread",
+            "in run_mp_engine",
         ),
         [
             r"Engine core initialization failed",
@@ -515,6 +516,10 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"AsyncLLMEngine has failed",
             # the V1 engine core's socket threads: one dying stops the engine's requests
             r"^Exception in thread [^(]*\((?:process_input_sockets?|process_output_sockets?)\)",
+            # V0's engine process (MQLLMEngine): a traceback through its entry point is the
+            # engine failing, as V1's "EngineCore failed to start" (the excerpt may cut both the
+            # exception and the client's "Engine process failed to start")
+            r"^\s*File \S*/engine/multiprocessing/engine\.py\S*, line \d+, in run_mp_engine$",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
@@ -580,21 +585,5 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "matching release (a fresh venv or the vLLM docker image), or uninstall the extension "
         "that was built for another torch.",
         "broken install[[: undefined symbol {symbol}]][[: {arch} could not be imported]]",
-    ),
-    _rule(
-        "unsupported_model",
-        "unknown",
-        3,
-        ("are not supported for now", "is not supported for now", "does not recognize this arch"),
-        [
-            r"Model architectures? \[?(?P<arch>[^\]]*?)\]? (?:are|is) not supported for now",
-            r"model type `(?P<model_type>[\w\-]+)` but Transformers does not recognize this "
-            r"architecture",
-            r"does not recognize this architecture",
-        ],
-        "This vLLM / transformers does not know the model architecture[[ {arch}]]"
-        "[[ (model type {model_type})]]: upgrade vLLM (and transformers) to a release that "
-        "supports it, or set trust_remote_code if the model ships its own code.",
-        "model architecture not supported[[: {arch}]]",
     ),
 )
