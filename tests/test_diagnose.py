@@ -769,6 +769,9 @@ def test_tail_is_bounded_cleaned_and_collapses_tqdm() -> None:
 #: hold no trigger word: only the head scan (every line of the first ``_FULL_SCAN`` chars)
 #: reads them, and in a whole log such lines come first, inside the head.
 HEAD_SCAN_ONLY = {
+    # the interpreter's "python: No module named X" for `python -m X`: the only line it prints,
+    # so always in the head
+    "unknown__module_not_found__cpu032_python_m_no_such_module.log",
     "bad_argument__argparse_error__cpu032_no_such_flag.log",
     "bad_argument__argparse_error__invalid_choice_ansi.log",
     "bad_argument__argparse_usage__k8s_usage_cut.log",

@@ -444,4 +444,23 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "release that supports it, or set trust_remote_code if the model ships its own code.",
         "model architecture not supported[[: {arch}]]",
     ),
+    _rule(
+        "module_not_found",
+        "unknown",
+        3,
+        ("Error while finding module specification", ": No module named "),
+        # `python -m X` whose module this python does not have (a renamed entry point, or vLLM
+        # not installed in that python): the interpreter exits before anything starts. Python
+        # says "python: No module named X" (the real CPU engine's venv, 3.11), or, when a
+        # parent package is missing, "Error while finding module specification for 'X'"
+        [
+            r"Error while finding module specification for '(?P<module>[\w.]+)'"
+            r"(?: \(ModuleNotFoundError: (?P<why>[^)]*)\))?",
+            r"^\S*python[\d.]*: No module named (?P<module>[\w.]+)$",
+        ],
+        "`python -m {module}` found no such module in this python[[ ({why})]]: check the entry "
+        "point's name for this vLLM version (vllm.entrypoints.openai.api_server, or `vllm "
+        "serve`) and that vLLM is installed in the profile's python.",
+        "no module {module} in this python",
+    ),
 )
