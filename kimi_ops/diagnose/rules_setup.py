@@ -244,11 +244,12 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*(?P<bad_args>--[a-z][\w-]+)\b.*\b(?:cannot|can't|must "
             r"not|are mutually exclusive)\b",
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*\b(?P<bad_args>VLLM_[A-Z0-9_]+)=\S+ is not supported\b",
-            # vLLM's validation of its options: a ValueError / NotImplementedError (or
-            # pydantic's "Value error, ") whose message names an engine option ("max_cpu_loras
-            # (2) must be >= max_loras (4).", "--nnodes 2 requires --data-parallel-backend mp")
+            # vLLM's validation of its options: a ValueError (or pydantic's "Value error, ")
+            # whose message names an engine option ("max_cpu_loras (2) must be >= max_loras
+            # (4).", "--nnodes 2 requires --data-parallel-backend mp"); not a
+            # NotImplementedError, a feature missing ("... Cannot unify by adjusting block_size")
             # (not in pydantic's echo of the arguments after " [type=")
-            r"^\s*(?:(?:[\w.]+\.)?(?:Value|NotImplemented)Error: |Value error, )"
+            r"^\s*(?:(?:[\w.]+\.)?ValueError: |Value error, )"
             r"(?:(?! \[type=).)*?(?P<bad_args>" + OPTION_NAME + ")",
         ],
         "vLLM refused a setting and names the option to change: {bad_args}. Adjust it in the "
