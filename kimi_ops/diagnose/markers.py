@@ -90,7 +90,9 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "Avg prompt throughput",
     "Prefix cache hit rate: ",  # V0 prints it on its own line
     "Speculative metrics: ",  # V0's speculative decoding
-    'HTTP/1.1" 200',
+    # uvicorn's access log: any status (a 500 is a request that failed on a server that is
+    # up; after a failure the failure stands, see scanner._apply)
+    'HTTP/1.1" ',
     "is preempted by PreemptionMode",
     "Processed prompts:",
     "Added request ",
