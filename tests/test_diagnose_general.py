@@ -662,6 +662,16 @@ def test_a_crash_before_a_restart_stands_until_the_new_run_gets_further() -> Non
             "vllm-1  | **(VllmWorker TP0 pid=7)** ERROR 08-05 07:31:10 [a.py:5] KeyError: 'x'",
             "KeyError: 'x'",
         ),
+        # Ray's C++ log prefix (time, level letter, pid, tid)
+        (
+            "[2024-06-13 16:11:51,588 E 13261 13261] core_worker.cc:228: Failed to register",
+            "core_worker.cc:228: Failed to register",
+        ),
+        # a carriage return pasted in caret notation (cat -v)
+        (
+            "ERROR 01-04 04:31:09 [async_llm.py:525] AsyncLLM output_handler failed.^M",
+            "AsyncLLM output_handler failed.",
+        ),
     ],
 )
 def test_more_decorations_are_stripped(raw: str, clean: str) -> None:

@@ -207,7 +207,9 @@ _EXIT_RE = re.compile(
     # uvicorn could not bind its socket (any errno; 98 is port_in_use's): the server exits
     r"\berror while attempting to bind on address\b|"
     # Ray: a node (and the vLLM workers on it) declared dead by the cluster
-    r"\b(?:has been|was|mistakenly been) marked (?:as )?dead\b|\bRAYLET_MARKED_DEAD\b"
+    r"\b(?:has been|was|mistakenly been) marked (?:as )?dead\b|\bRAYLET_MARKED_DEAD\b|"
+    # Ray: a worker (the driver itself at ray.init) could not join its raylet; it exits
+    r"\bFailed to register worker \S+ to Raylet\b"
 )
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
     {
@@ -237,6 +239,7 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "marked dead",
         "marked as dead",
         "MARKED_DEAD",
+        "Failed to register worker",
     }
 )
 #: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.
