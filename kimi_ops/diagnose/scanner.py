@@ -404,9 +404,9 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_HEALTHY:
         frequent = ev[3]
         if frequent and any(_RULE_LABEL.get(name, "unknown") != "unknown" for name in st.hits):
-            # An access-log "200" or a throughput line after a specific failure (the engine
-            # died, but the API server still answers /v1/models until it shuts down) is not
-            # a recovery: the failure stands.
+            # An access-log line (any status) or a throughput line after a specific failure
+            # (the engine died, but the API server still answers /v1/models until it shuts
+            # down) is not a recovery: the failure stands.
             return
         if frequent and _traffic_after_exit(st):
             return
