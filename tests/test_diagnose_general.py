@@ -867,3 +867,12 @@ def test_an_in_process_engine_s_ready_line_may_be_indented_by_a_page() -> None:
     )
     d = diagnose(log)
     assert (d.label, d.facts.get("in_process")) == ("healthy", "true"), d.summary
+
+
+def test_an_explicit_kv_cache_size_too_small_is_named_in_the_hint() -> None:
+    """The real CPU engine with --kv-cache-memory-bytes 1000: vLLM says to raise
+    gpu_memory_utilization, but the size given explicitly is what to raise first."""
+    name = "kv_cache_insufficient__kv_cache_no_memory__cpu032_kv_cache_memory_bytes_1000.log"
+    d = diagnose((FIXTURES / name).read_text())
+    assert d.label == "kv_cache_insufficient"
+    assert "--kv-cache-memory-bytes 1000): raise it first" in d.hint

@@ -128,6 +128,7 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
         (("Value error, ",), r"^\s*Value error, (?P<config_error>.+?)\.?(?: \[type=\w+|$)"),
         (("LLM engine (v",), r"\bquantization=(?P<quantization>(?!None\b)\w+)"),
         (("non-default args",), r"'max_model_len': (?P<max_model_len>\d+)"),
+        (("non-default args",), r"'kv_cache_memory_bytes': (?P<kv_cache_memory_bytes>\d+)"),
         (("non-default args",), r"'gpu_memory_utilization': (?P<gpu_memory_utilization>[\d.]+)"),
         (("non-default args",), r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w+)'"),
         # the engine's config dump, V0's "args: Namespace(...)", the attention selector's config

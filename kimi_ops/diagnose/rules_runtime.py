@@ -25,8 +25,10 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"Cannot auto-fit max_model_len",
         ],
         "After loading the weights[[ ({model_mem_gib} GiB)]] no GPU memory is left for the KV "
-        "cache[[ (available KV cache memory: {kv_cache_gib} GiB)]]. Raise "
-        "gpu_memory_utilization[[ (now {gpu_memory_utilization})]], lower max_model_len"
+        "cache[[ (available KV cache memory: {kv_cache_gib} GiB)]].[[ The KV cache's size is set "
+        "explicitly (--kv-cache-memory-bytes {kv_cache_memory_bytes}): raise it first.]] Raise "
+        "gpu_memory_utilization[[ (now {gpu_memory_utilization})]] (on the CPU build it is the "
+        "share of RAM, or set VLLM_CPU_KVCACHE_SPACE), lower max_model_len"
         "[[ (now {max_model_len})]] / max_num_seqs, or spread the model over more GPUs "
         "(tensor_parallel_size); `nvidia-smi` shows whether a stale process holds memory "
         "(`fab kill-stale`).",
