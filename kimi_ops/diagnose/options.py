@@ -16,8 +16,6 @@ import re
 #: Option names with an underscore: specific enough to be read in a message as they are.
 ENGINE_OPTIONS: frozenset[str] = frozenset(
     (
-        "_api_process_count",
-        "_api_process_rank",
         "additional_config",
         "aggregate_engine_logging",
         "all2all_backend",
@@ -327,7 +325,7 @@ ENGINE_FLAG_WORDS: frozenset[str] = frozenset(
 def _option_alternation() -> str:
     """A regex alternation of every option as vLLM's messages write it: ``max_num_seqs``,
     ``--max-num-seqs`` and ``--max_num_seqs``; one-word options only as ``--word``."""
-    forms = set()
+    forms: set[str] = set()
     for name in ENGINE_OPTIONS:
         forms.update((re.escape(name), "--" + re.escape(name.replace("_", "-"))))
         forms.add("--" + re.escape(name))
