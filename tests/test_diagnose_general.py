@@ -876,3 +876,23 @@ def test_an_explicit_kv_cache_size_too_small_is_named_in_the_hint() -> None:
     d = diagnose((FIXTURES / name).read_text())
     assert d.label == "kv_cache_insufficient"
     assert "--kv-cache-memory-bytes 1000): raise it first" in d.hint
+
+
+@pytest.mark.parametrize(
+    ("line", "label"),
+    [
+        # vLLM 0.32's model loaders, in their own words
+        ("ValueError: Load format `gguf2` is not supported", "bad_argument"),
+        (
+            "ValueError: Cannot find any safetensors model weights with `s3://b/m`",
+            "model_not_found",
+        ),
+        (
+            "ValueError: Could not find checkpoint files 'model-rank-*-part-*.safetensors', only "
+            "pre-sharded checkpoints are currently supported!",
+            "model_not_found",
+        ),
+    ],
+)
+def test_the_model_loader_s_refusals(line: str, label: str) -> None:
+    assert diagnose(line + "\n").label == label

@@ -40,20 +40,23 @@ SETUP_RULES: tuple[Rule, ...] = (
             " requires --",
             " requires `--",
             "instead of via the",
+            "Load format `",
         ),
         [
-            r"invalid (?P<option>tool call|reasoning) parser:? '?(?P<bad_value>[\w\-.]+)",
+            r"invalid (?P<option>tool call parser|reasoning parser):? '?(?P<bad_value>[\w\-.]+)",
+            # the model loader refusing --load-format ("Load format `gguf` is not supported")
+            r"(?P<option>Load format) `(?P<bad_value>[\w\-.]+)` is not supported",
             # vLLM's parser refusing a way of giving an option ("With `vllm serve`, you should
             # provide the model as a positional argument ... instead of via the `--model`
             # option")
             r"^[\w.]*(?:Error|Exception)\b.*instead of via the `?(?P<bad_args>--[\w-]+)`? option",
             r"^[\w.]*(?:Error|Exception)\b.*?(?P<bad_args>--[\w-]+)`? requires `?--[\w-]+",
         ],
-        "vLLM rejected an option value[[ ({option} parser '{bad_value}')]][[ ({bad_args})]]: "
+        "vLLM rejected an option value[[ ({option} '{bad_value}')]][[ ({bad_args})]]: "
         "this vLLM version[[ ({vllm_version})]] does not know it or needs another flag with it."
         " Fix the profile's extra_args[[ (now: {extra_args})]] or upgrade vLLM (the kimi_k2 "
         "tool-call and reasoning parsers need a recent release).",
-        "invalid option value[[: {option} parser {bad_value}]][[: {bad_args}]]",
+        "invalid option value[[: {option} {bad_value}]][[: {bad_args}]]",
     ),
     _rule(
         "parallel_size_mismatch",
@@ -506,6 +509,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             "config.json",
             "is restricted",
             "Cannot find any model weights",
+            "Cannot find any safetensors model weights",
+            "Could not find checkpoint files",
             "CAS service error",
             "Server Error",
         ),
@@ -534,7 +539,8 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"\b5\d\d Server Error\b.*\bhttps://huggingface\.co/",
             r"No supported config format found in (?P<model>\S+)",
             # V0's weight loader: no weight files at that path / repo
-            r"Cannot find any model weights with '?(?P<model>[^'\s)]+)",
+            r"Cannot find any (?:safetensors )?model weights with [`']?(?P<model>[^'`\s)]+)",
+            r"Could not find checkpoint files '(?P<missing_file>[^']+)'",
             # the Hub's xet storage failing to send the files
             r"CAS service error\b.*\bhf\.co\b",
             r"Could not detect config format",
