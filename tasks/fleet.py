@@ -69,12 +69,18 @@ class HostOutcome:
 
 def connection_for(c: Context, spec: Any) -> Any:
     """A Connection for one host (from -H's parsed form, or a ``kimi.hosts`` string); a
-    Context or Connection given as the spec is the host itself (a one-host run)."""
+    Context or Connection given as the spec is the host itself (a one-host run).
+
+    Each gets its own copy of the config: Fabric keeps the Config it is given, and a
+    Connection writes to it (its connect_kwargs: the key files, the banner timeout). Shared
+    between the fleet's threads, one host's write re-merges the config while another host
+    reads its connect_kwargs, which can then lack the key files ("No authentication methods
+    available", seen in CI on a two-host status)."""
     if isinstance(spec, Context):
         return spec
     if isinstance(spec, str):
-        return Connection(spec, config=c.config)
-    return Connection(config=c.config, **spec)
+        return Connection(spec, config=c.config.clone())
+    return Connection(config=c.config.clone(), **spec)
 
 
 def host_name(spec: Any) -> str:

@@ -76,3 +76,22 @@ def test_board_redraws_one_line_per_host_in_place() -> None:
     assert text.count("\x1b[2F") == 1  # the second draw moved up over the first
     assert text.rstrip("\n").splitlines()[-1].endswith("gpu2  verify: loading_shards 9/64")
     assert "gpu1  waiting" in text
+
+
+def test_each_host_s_connection_has_its_own_config() -> None:
+    """Fabric keeps the Config a Connection is given and writes to its connect_kwargs; shared
+    between the fleet's threads, a write re-merges it while another host reads its key files
+    (CI saw "No authentication methods available" on the second host of a two-host status)."""
+    from fabric import Config, Connection
+
+    from tasks.fleet import connection_for
+
+    config = Config(overrides={"connect_kwargs": {"key_filename": ["/keys/id_ed25519"]}})
+    parent = Connection("root@127.0.0.1", config=config)
+    a = connection_for(parent, "root@127.0.0.1:2201")
+    b = connection_for(parent, {"host": "127.0.0.2", "port": 2202, "user": "root"})
+    assert a.config is not b.config and a.config is not parent.config
+    a.connect_kwargs["banner_timeout"] = 3
+    assert "banner_timeout" not in b.connect_kwargs
+    assert b.connect_kwargs["key_filename"] == ["/keys/id_ed25519"]
+    assert (a.host, a.port, b.host, b.port) == ("127.0.0.1", 2201, "127.0.0.2", 2202)
