@@ -88,7 +88,7 @@ def cluster_run(c: Context, ov: dict[str, Any], step: str, dry: bool) -> Iterato
             server = cl.server_profile(cluster, profile)
             nodes = []
             for node in cluster.nodes:
-                conn = Connection(node.host, config=c.config)
+                conn = Connection(node.host, config=c.config.clone())  # own config: fleet.py
                 opened.append(conn)
                 p = replace(
                     server if node.role == "head" else profile,
