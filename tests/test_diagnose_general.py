@@ -896,3 +896,15 @@ def test_an_explicit_kv_cache_size_too_small_is_named_in_the_hint() -> None:
 )
 def test_the_model_loader_s_refusals(line: str, label: str) -> None:
     assert diagnose(line + "\n").label == label
+
+
+def test_the_real_engine_s_tp_that_does_not_divide_the_heads_reads_cleanly() -> None:
+    """vLLM 0.32 on CPU, TP 3 for a 4-head model: pydantic's "Value error, Total number of
+    attention heads (4) must be divisible by tensor parallel size (3)"; the summary quotes it
+    without the "Value error, " punctuation."""
+    name = "bad_argument__parallel_size_mismatch__cpu032_tp3_four_heads.log"
+    d = diagnose((FIXTURES / name).read_text())
+    assert d.summary == (
+        "crashed: tensor_parallel_size 3 does not divide the model "
+        "(Total number of attention heads 4)"
+    )

@@ -64,7 +64,7 @@ SETUP_RULES: tuple[Rule, ...] = (
         97,
         ("divisible by",),
         [
-            r"(?P<what>[\w ]+?) \(?(?P<count>\d+)?\)? (?:must|should) be divisible by "
+            r"(?P<what>\w[\w ]*?) \(?(?P<count>\d+)?\)? (?:must|should) be divisible by "
             r"(?P<option>tensor|pipeline)[ _]parallel[ _]size(?: \((?P<size>\d+)\))?",
             r"is not divisible by (?P<option>tensor|pipeline)[ _]parallel[ _]size",
             # vLLM's divide() (vllm/distributed/utils.py): only parallel sizes go through it
