@@ -72,12 +72,22 @@ MODELS: dict[str, dict[str, Any]] = {
         "model_type": "llama",
         **COMMON,
         "head_dim": 64,
-        # written into the checkpoint, and named by config.json's auto_map / architectures
+        # files written into the checkpoint, and the config.json keys that name them (both
+        # part of the recipe, so a change to either remakes the model)
         "custom_code": {
-            "configuration_tiny.py": "from transformers import LlamaConfig\n\n\n"
-            "class TinyConfig(LlamaConfig):\n    model_type = 'llama'\n",
-            "modeling_tiny.py": "from transformers import LlamaForCausalLM\n\n\n"
-            "class TinyCustomForCausalLM(LlamaForCausalLM):\n    pass\n",
+            "files": {
+                "configuration_tiny.py": "from transformers import LlamaConfig\n\n\n"
+                "class TinyConfig(LlamaConfig):\n    model_type = 'llama'\n",
+                "modeling_tiny.py": "from transformers import LlamaForCausalLM\n\n\n"
+                "class TinyCustomForCausalLM(LlamaForCausalLM):\n    pass\n",
+            },
+            "config": {
+                "architectures": ["TinyCustomForCausalLM"],
+                "auto_map": {
+                    "AutoConfig": "configuration_tiny.TinyConfig",
+                    "AutoModelForCausalLM": "modeling_tiny.TinyCustomForCausalLM",
+                },
+            },
         },
     },
     "tiny-dsv3": {
@@ -167,7 +177,7 @@ def make_model(path: Path, name: str) -> None:
     vocab_size = save_tokenizer(tmp)
     spec = dict(MODELS[name])
     model_type = spec.pop("model_type")
-    custom_code: dict[str, str] = spec.pop("custom_code", {})
+    custom_code: dict[str, Any] = spec.pop("custom_code", {})
     config = AutoConfig.for_model(model_type, vocab_size=vocab_size, **spec)
     config.dtype = torch.bfloat16
     torch.manual_seed(SEED)
@@ -175,14 +185,10 @@ def make_model(path: Path, name: str) -> None:
     model.save_pretrained(str(tmp), safe_serialization=True)
     GenerationConfig(bos_token_id=2, eos_token_id=3, pad_token_id=1).save_pretrained(str(tmp))
     if custom_code:
-        for filename, text in custom_code.items():
+        for filename, text in custom_code["files"].items():
             (tmp / filename).write_text(text)
         cfg = json.loads((tmp / "config.json").read_text())
-        cfg["architectures"] = ["TinyCustomForCausalLM"]
-        cfg["auto_map"] = {
-            "AutoConfig": "configuration_tiny.TinyConfig",
-            "AutoModelForCausalLM": "modeling_tiny.TinyCustomForCausalLM",
-        }
+        cfg.update(custom_code["config"])
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (tmp / STAMP).write_text(
         json.dumps({"recipe": recipe_hash(name), "seed": SEED, "model_type": model_type}) + "\n"

@@ -269,9 +269,9 @@ SETUP_RULES: tuple[Rule, ...] = (
         # a ValueError raised in vLLM's config code (scanner._note_config_refusal).
         [r"ValidationError: (?P<refusal>\d+ validation errors? for \w*Config)\b"],
         "vLLM's configuration check refused a setting: [[{config_error}||{refusal}]]. Change "
-        "that setting in the "
-        "profile (its extra_args[[, now: {extra_args}]]) or the engine arguments; the check "
-        "that raised it is in vLLM's config / argument code[[ ({vllm_version})]].",
+        "that setting in the profile (its extra_args[[, now: {extra_args}]]) or the engine "
+        "arguments; the check that raised it is in vLLM's config / argument code"
+        "[[ ({vllm_version})]].",
         "a setting was refused: [[{config_error}||{refusal}]]",
     ),
     # ---------------------------------------------------- kv_cache_dtype_unsupported
