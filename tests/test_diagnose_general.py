@@ -117,6 +117,55 @@ def test_an_exception_refusing_the_fp8_kv_cache_in_other_words() -> None:
     assert d.label == "kv_cache_dtype_unsupported"
 
 
+@pytest.mark.parametrize(
+    ("message", "label"),
+    [
+        # vLLM 0.10.2's FlashAttention-MLA and 0.9.2's Cutlass MLA refusing an fp8 KV cache:
+        # the attention named, not the KV cache
+        (
+            "NotImplementedError: FP8 FlashAttention MLA not yet supported",
+            "kv_cache_dtype_unsupported",
+        ),
+        ("NotImplementedError: FP8 Cutlass MLA not yet supported", "kv_cache_dtype_unsupported"),
+        # vLLM 0.12's ROCm platform: naming the option is this refusal's own words
+        (
+            "ValueError: ROCMAiterMLASparseBackend doesn't support fp8 kv_cache_dtype.",
+            "kv_cache_dtype_unsupported",
+        ),
+        # vLLM 0.7.3's MLA refusing the WEIGHTS' fp8 strategy: the checkpoint's quantization
+        (
+            "NotImplementedError: QuantizationStrategy.GROUP is not supported for fp8 MLA, please "
+            "run with VLLM_MLA_DISABLE=1",
+            "quantization_unsupported",
+        ),
+    ],
+)
+def test_an_attention_backend_refusing_fp8_is_the_kv_cache_s_dtype(
+    message: str, label: str
+) -> None:
+    log = TB + frame("v1/attention/backends/mla/flashattn_mla.py", "forward") + f"{W}{message}\n"
+    assert diagnose(log).label == label
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # vLLM 0.11 re-raising torch's OOM in its own words; its TPU runner's HBM
+        "RuntimeError: Failed to create unquantized linear weights. This may be caused by "
+        "insufficient memory to allocate the weight.",
+        "RuntimeError: Failed to initialize q/k/v range constants. This may be caused by "
+        "insufficient memory to allocate kv cache.",
+        "RuntimeError: Unable to load model, a likely reason is the model is too large for the "
+        "current device's HBM memory. Consider switching to a smaller model or sharding the "
+        "weights on more chips.",
+    ],
+)
+def test_vllm_s_own_words_for_an_allocation_that_failed_are_out_of_memory(message: str) -> None:
+    assert diagnose(
+        f"{TB}{frame('v1/worker/gpu_worker.py', 'load_model')}{W}{message}\n"
+    ).label == ("cuda_oom")
+
+
 def test_flashinfer_fp8_kv_kernel_build_failure_only_counts_before_a_crash() -> None:
     name = "kv_cache_dtype_unsupported__fp8_kv_kernel_build_failed__flashinfer_jit_synthetic.log"
     text = (FIXTURES / name).read_text()
@@ -790,6 +839,9 @@ def test_an_option_name_inside_a_longer_identifier_is_not_an_option() -> None:
         "ValueError: GPTQ group activation ordering (desc_act=True) is no longer supported. Use "
         "a checkpoint with static activation ordering or desc_act=False.",
         "ValueError: nvfp4_per_token online quantization requires a Blackwell (SM100) GPU.",
+        # vLLM 0.7.3 and 0.12.0, in other words ("supported only on", "no .. backend found")
+        "ValueError: ptpc_fp8 quantization is supported only on AMD Instinct MI300 GPUs and newer.",
+        "ValueError: No valid NVFP4 GEMM backend found. Please check your platform capability.",
     ],
 )
 def test_an_exception_refusing_a_quantization_format_is_quantization_unsupported(
@@ -797,6 +849,30 @@ def test_an_exception_refusing_a_quantization_format_is_quantization_unsupported
 ) -> None:
     d = diagnose(f"{TB}{frame('model_executor/layers/linear.py', 'create_weights')}{W}{message}\n")
     assert (d.label, d.facts["signature"]) == ("quantization_unsupported", "quant_scheme_refused")
+
+
+@pytest.mark.parametrize(
+    ("message", "bits"),
+    [
+        # vLLM 0.4.3 / 0.9.2: the checkpoint's bit width, listed among the supported ones
+        (
+            "Currently, only 2/3/4/8-bit weight quantization is supported for GPTQ, but got 5 "
+            "bits.",
+            "8",
+        ),
+        (
+            "Currently, only 6-bit or 8-bit weight quantization are supported for DeepSpeed FP "
+            "quantizaiton, but got 4 bits.",
+            "8",
+        ),
+    ],
+)
+def test_a_bit_width_outside_the_supported_ones_is_quantization_unsupported(
+    message: str, bits: str
+) -> None:
+    d = diagnose(f"ValueError: {message}\n")
+    assert (d.label, d.facts["signature"]) == ("quantization_unsupported", "quantization_no_kernel")
+    assert d.facts["bits"] == bits
 
 
 @pytest.mark.parametrize(

@@ -212,6 +212,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "for quantization method",
             "-bit weight quantization is supported",
             "-bit quantization is supported",
+            "-bit weight quantization are supported",
             "not supported on CPU",
             "not supported for CPU",
             "MoE backend",
@@ -244,8 +245,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
             r"the '(?P<platform>\w+)' backend",
             r"is not supported for quantization method (?P<quantization>[\w\-]+)",
-            r"only (?P<bits>\d+)-bit (?:weight )?quantization is supported for "
-            r"(?P<quantization>[\w\-]+)",
+            # "only 4-bit", "only 2/3/4/8-bit", "only 6-bit or 8-bit weight quantization are"
+            r"only (?:\d+(?:-bit)?(?:/| or |, ))*(?P<bits>\d+)-bit (?:weight )?quantization "
+            r"(?:is|are) supported for (?P<quantization>[\w\-]+)",
             r"^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*)\b.*?(?P<platform>CPU|cpu) is not "
             r"supported|^[\w.]*(?:Error|Exception)\b.*?(?i:quantiz\w*).*not supported (?:on|for) "
             r"(?P<platform2>CPU|cpu)",
@@ -274,12 +276,14 @@ DEVICE_RULES: tuple[Rule, ...] = (
         [
             r"^\s*(?:[\w.]+\.)?(?:Value|NotImplemented|Runtime|Assertion)Error: "
             r"(?!.*(?i:kv.?cache|attention|\battn|install|outdated|divisible))"
-            r"(?=.*?(?:\b|(?<=[a-z])(?=[A-Z]))(?P<quantization>(?i:nvfp4|mxfp4|mxfp6|mxfp8|fp8|fp4|int4|int8|w4a8|w4a16|"
-            r"w8a8|w8a16|awq|gptq|marlin|machete|gguf|bitsandbytes|compressed[-_ ]tensors|quark|"
-            r"modelopt|exl2|hqq|aqlm|squeezellm))\w*)"
+            # the format may carry a prefix ("ptpc_fp8")
+            r"(?=.*?(?:\b|(?<=[a-z])(?=[A-Z]))(?P<quantization>(?:[a-z]+_)?(?i:nvfp4|mxfp4|"
+            r"mxfp6|mxfp8|fp8|fp4|int4|int8|w4a8|w4a16|w8a8|w8a16|awq|gptq|marlin|machete|gguf|"
+            r"bitsandbytes|compressed[-_ ]tensors|quark|modelopt|exl2|hqq|aqlm|squeezellm))\w*)"
             r"(?=.*(?i:not (?:yet )?supported|unsupported|only supports?\b|\brequires?\b|"
+            r"(?:is |are )?supported only\b|is only supported\b|"
             r"not (?:yet )?implemented|no longer supported|does(?: not|n't) support|"
-            r"no (?:\w+ )*(?:kernel|scheme)s? (?:was |were )?found))"
+            r"no (?:\w+ )*(?:kernel|scheme|backend)s? (?:was |were )?found))"
         ],
         "vLLM's quantization code refused the checkpoint's scheme ({quantization}) here: "
         "serve a checkpoint in a format this device and vLLM version run (unquantized, or a "

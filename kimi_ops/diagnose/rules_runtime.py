@@ -195,6 +195,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "OUT_OF_DEVICE_MEMORY",
             "Allocation Failure",
             "Not enough space to allocate",
+            "insufficient memory to allocate",
+            "too large for the current device",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
@@ -215,6 +217,11 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"\btorch\.(?:cuda\.)?OutOfMemoryError\b",
             r"(?i:cuda failure \d* ?'out of memory')",
             r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
+            # vLLM re-raising torch's OOM in its own words ("Failed to create unquantized linear
+            # weights. This may be caused by insufficient memory to allocate the weight.", 0.11)
+            # and its TPU runner's ("the model is too large for the current device's HBM")
+            r"^\s*(?:[\w.]+\.)?\w*Error: .*\b(?:may be caused by insufficient memory to "
+            r"allocate|too large for the current device's (?:HBM|memory))",
         ],
         "The GPU ran out of memory[[ allocating {alloc}]][[ ({free} free of {total})]]. A stale "
         "process may still hold GPU memory: check `nvidia-smi` and run `fab kill-stale`. "

@@ -431,7 +431,7 @@ SETUP_RULES: tuple[Rule, ...] = (
     _rule(
         "kv_dtype_refused",
         "kv_cache_dtype_unsupported",
-        19,
+        21,  # above error_names_option: naming kv_cache_dtype is this refusal's own words
         ("Error", "Exception"),
         # an attention backend / platform refusing the KV cache's dtype in any words
         # ("FlashAttention does not support fp8_e5m2 kv-cache on this device", "FP8 KV cache
@@ -441,8 +441,11 @@ SETUP_RULES: tuple[Rule, ...] = (
         # config there is another reason's), which no_backend_for_kv_dtype reads.
         [
             r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): (?P<reason>"
-            r"(?!.*(?:kv_cache_dtype=auto|AttentionSelectorConfig))"
-            r"(?=.*(?i:kv[-_ ]?cache))"
+            r"(?!.*(?:kv_cache_dtype=auto,|AttentionSelectorConfig|(?i:quantization ?strategy|"
+            r"\bweights?\b)))"
+            # the KV cache named, or the attention that reads it ("FP8 FlashAttention MLA not
+            # yet supported": vLLM 0.10's FlashAttention-MLA refusing an fp8 KV cache)
+            r"(?=.*(?i:kv[-_ ]?cache|attention\b|\bMLA\b))"
             r"(?=.*?\b(?P<kv_cache_dtype>(?i:fp8\w*|nvfp4|fp4|int8|int4|float8\w*|quantized))\b)"
             r"(?=.*(?i:not (?:yet )?supported|unsupported|only supports?\b|\brequires?\b|"
             r"not (?:yet )?implemented|does(?: not|n't) (?:yet )?support|is not valid|"
