@@ -53,6 +53,15 @@ _MAX_PENDING = 4 * 1024 * 1024
 _SLICE = 4 * 1024 * 1024  # feed() works on at most this much text at a time
 _WRAP_MIN = 60  # a line this long may have been hard-wrapped by a terminal / paste
 
+#: The words vLLM refuses something in ("is not supported", "only supports", "requires", "not
+#: yet implemented", "is supported only on", ...): a regex fragment (case-insensitive) that
+#: rules reading a refusal in any words share; each adds its own extra words.
+REFUSES = (
+    r"(?i:not (?:yet )?supported|unsupported|only supports?\b|\brequires?\b|"
+    r"(?:is |are )?supported only\b|is only supported\b|no longer supported|"
+    r"not (?:yet )?implemented|does(?: not|n't) (?:yet )?support)"
+)
+
 
 def _compile_all(patterns: Iterable[str]) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p) for p in patterns)

@@ -3,7 +3,7 @@ quantization; unknown: no device, a broken install, an unknown model architectur
 
 from __future__ import annotations
 
-from kimi_ops.diagnose.model import Rule, _rule
+from kimi_ops.diagnose.model import REFUSES, Rule, _rule
 
 DEVICE_RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------ unsupported_gpu
@@ -280,10 +280,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"(?=.*?(?:\b|(?<=[a-z])(?=[A-Z]))(?P<quantization>(?:[a-z]+_)?(?i:nvfp4|mxfp4|"
             r"mxfp6|mxfp8|fp8|fp4|int4|int8|w4a8|w4a16|w8a8|w8a16|awq|gptq|marlin|machete|gguf|"
             r"bitsandbytes|compressed[-_ ]tensors|quark|modelopt|exl2|hqq|aqlm|squeezellm))\w*)"
-            r"(?=.*(?i:not (?:yet )?supported|unsupported|only supports?\b|\brequires?\b|"
-            r"(?:is |are )?supported only\b|is only supported\b|"
-            r"not (?:yet )?implemented|no longer supported|does(?: not|n't) support|"
-            r"no (?:\w+ )*(?:kernel|scheme|backend)s? (?:was |were )?found))"
+            r"(?=.*(?:" + REFUSES + r"|(?i:no (?:\w+ )*(?:kernel|scheme|backend)s? (?:was |were )?"
+            r"found)))"
         ],
         "vLLM's quantization code refused the checkpoint's scheme ({quantization}) here: "
         "serve a checkpoint in a format this device and vLLM version run (unquantized, or a "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kimi_ops.diagnose.hints import _KV_FIX
-from kimi_ops.diagnose.model import Rule, _rule
+from kimi_ops.diagnose.model import REFUSES, Rule, _rule
 from kimi_ops.diagnose.options import OPTION_NAME
 
 SETUP_RULES: tuple[Rule, ...] = (
@@ -447,9 +447,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             # yet supported": vLLM 0.10's FlashAttention-MLA refusing an fp8 KV cache)
             r"(?=.*(?i:kv[-_ ]?cache|attention\b|\bMLA\b))"
             r"(?=.*?\b(?P<kv_cache_dtype>(?i:fp8\w*|nvfp4|fp4|int8|int4|float8\w*|quantized))\b)"
-            r"(?=.*(?i:not (?:yet )?supported|unsupported|only supports?\b|\brequires?\b|"
-            r"not (?:yet )?implemented|does(?: not|n't) (?:yet )?support|is not valid|"
-            r"not compatible|incompatible)).+?)\.?$"
+            r"(?=.*(?:" + REFUSES + r"|(?i:is not valid|not compatible|incompatible))).+?)\.?$"
         ],
         "The attention backend or platform refused the KV-cache dtype[[ {kv_cache_dtype}]]"
         "[[ (vLLM {vllm_version})]]: {reason}. Serve a 16-bit KV cache: drop --kv-cache-dtype "
