@@ -572,9 +572,17 @@ def test_a_traceback_s_source_line_is_not_a_log_message() -> None:
         "No heartbeat received from MQLLMEngine",
         "ERROR 08-15 03:15:55 async_llm_engine.py:56] Engine background task failed",
         "CRITICAL 12-19 01:10:59 launcher.py:72] AsyncLLMEngine has failed, terminating server",
+        # from vLLM's own source (0.4.3 - 0.8.5): its logger.error / critical / exception calls
+        "CRITICAL 08-01 10:00:00 launcher.py:98] AsyncLLMEngine is already dead, terminating "
+        "server process",
+        "ERROR 08-01 10:00:00 api_server.py:171] RPCServer process died before responding to "
+        "readiness probe",
+        "ERROR 06-01 10:00:00 async_llm_engine.py:499] Engine iteration timed out. This should "
+        "never happen!",
+        "ERROR 05-01 10:00:00 [multiproc_executor.py:435] WorkerProc failed.",
     ],
 )
-def test_v0_engine_death_lines_are_engine_dead_other(line: str) -> None:
+def test_the_engine_s_death_lines_are_engine_dead_other(line: str) -> None:
     up = 'INFO:     127.0.0.1:4 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
     assert diagnose(up + line + "\n").label == "engine_dead_other"
 

@@ -217,9 +217,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"\btorch\.(?:cuda\.)?OutOfMemoryError\b",
             r"(?i:cuda failure \d* ?'out of memory')",
             r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
-            # vLLM re-raising torch's OOM in its own words ("Failed to create unquantized linear
-            # weights. This may be caused by insufficient memory to allocate the weight.", 0.11)
-            # and its TPU runner's ("the model is too large for the current device's HBM")
+            # vLLM re-raising torch's OOM in its own words (0.11: "Failed to create unquantized
+            # linear weights. This may be caused by insufficient memory ..."; TPU: "... HBM")
             r"^\s*(?:[\w.]+\.)?\w*Error: .*\b(?:may be caused by insufficient memory to "
             r"allocate|too large for the current device's (?:HBM|memory))",
         ],
@@ -502,19 +501,22 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "AsyncLLMEngine has failed",
             "Exception in thread",
             "in run_mp_engine",
+            "died before responding",
+            "Engine iteration timed out",
         ),
         [
             r"Engine core initialization failed",
             r"EngineCore failed to start",
             r"died unexpectedly",
             r"Engine process failed to start",
-            r"WorkerProc (?:failed to start|initialization failed|hit an exception)",
+            r"WorkerProc (?:failed(?: to start)?\b|initialization failed|hit an exception)",
             r"Worker failed with error",
             r"EngineDeadError",
             r"EngineCore (?:encountered (?:a fatal error|an issue)|hit an exception)",
             r"Background loop has errored already",
             r"Engine loop has died",
-            r"MQLLMEngine is already dead",
+            r"(?:MQLLMEngine|AsyncLLMEngine) is already dead",
+            r"RPCServer process died before responding|Engine iteration timed out",  # V0 0.4/0.5
             r"Exception in worker \S+ while processing method",
             r"Error executing method",
             r"Executor failed",
