@@ -514,6 +514,11 @@ SETUP_RULES: tuple[Rule, ...] = (
             "Could not find checkpoint files",
             "CAS service error",
             "Server Error",
+            "is a gated repository",
+            "not a valid JSON file",
+            "IncompleteSnapshot",
+            "specific connection error",
+            "valid git identifier",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -522,7 +527,15 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"^(?:[\w.]+\.)?HFValidationError\b",
             r"Repo id must (?:be in the form|use alphanumeric)[^:]*(?::\s*'(?P<model>[^']+)')?",
             r"RepositoryNotFoundError|Repository Not Found for url",
-            r"'?(?P<model>[^'\s]+?)'? is not a local folder and is not a valid model identifier",
+            r"'?(?P<model>[^'\s]+?)'? is not a local folder (?:and is not a valid model "
+            r"identifier|or a valid repository name)",
+            # transformers' words for a gated repo, a revision that does not exist, a broken
+            # config.json, the Hub unreachable; huggingface_hub's half-downloaded snapshot
+            r"You are trying to access a gated repo|(?P<model>\S+) is a gated repository\b",
+            r"is not a valid git identifier \(branch name, tag name or commit id\)",
+            r"config file at '(?P<model>[^']+?)(?:/config\.json)?' is not a valid JSON file",
+            r"There was a specific connection error when trying to load (?P<model>\S+?):",
+            r"^(?:[\w.]+\.)?IncompleteSnapshotError\b",
             r"40[13] Client Error.*huggingface",
             r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
             r"40[134] Client Error.*modelscope\.cn/api/v1/models/",
