@@ -976,32 +976,40 @@ def test_an_explicit_kv_cache_size_too_small_is_named_in_the_hint() -> None:
             "pre-sharded checkpoints are currently supported!",
             "model_not_found",
         ),
+        # transformers 4.x / 5.x and huggingface_hub 1.x / 2.x (their source, in the CPU venv)
+        ("OSError: You are trying to access a gated repo.", "model_not_found"),
+        (
+            "OSError: meta-llama/Llama-3.1-8B is a gated repository. Make sure to request "
+            "access at https://huggingface.co/meta-llama/Llama-3.1-8B",
+            "model_not_found",
+        ),
+        (
+            "OSError: org/m is not a local folder or a valid repository name on 'https://hf.co'.",
+            "model_not_found",
+        ),
+        (
+            "OSError: org/m is not a valid git identifier (branch name, tag name or commit id) "
+            "that exists for this model name.",
+            "model_not_found",
+        ),
+        (
+            "OSError: It looks like the config file at '/models/m/config.json' is not a valid "
+            "JSON file.",
+            "model_not_found",
+        ),
+        (
+            "OSError: There was a specific connection error when trying to load org/m: 503",
+            "model_not_found",
+        ),
+        (
+            "huggingface_hub.errors.IncompleteSnapshotError: The cached snapshot for 'org/m' "
+            "(revision 'main', commit 0a1b) is incomplete: 2 file(s) are missing",
+            "model_not_found",
+        ),
     ],
 )
 def test_the_model_loader_s_refusals(line: str, label: str) -> None:
     assert diagnose(line + "\n").label == label
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        # transformers 4.x / 5.x and huggingface_hub 1.x / 2.x (their source, in the CPU venv)
-        "OSError: You are trying to access a gated repo.",
-        "OSError: meta-llama/Llama-3.1-8B is a gated repository. Make sure to request access at "
-        "https://huggingface.co/meta-llama/Llama-3.1-8B and pass a token having permission",
-        "OSError: org/m is not a local folder or a valid repository name on 'https://hf.co'.",
-        "OSError: org/m is not a valid git identifier (branch name, tag name or commit id) that "
-        "exists for this model name.",
-        "OSError: It looks like the config file at '/models/m/config.json' is not a valid JSON "
-        "file.",
-        "OSError: There was a specific connection error when trying to load org/m: 503 Server "
-        "Error",
-        "huggingface_hub.errors.IncompleteSnapshotError: The cached snapshot for 'org/m' "
-        "(revision 'main', commit 0a1b) is incomplete: 2 file(s) are missing",
-    ],
-)
-def test_the_hub_and_transformers_failing_to_get_the_model(line: str) -> None:
-    assert diagnose(line + "\n").label == "model_not_found"
 
 
 def test_the_real_engine_s_tp_that_does_not_divide_the_heads_reads_cleanly() -> None:
