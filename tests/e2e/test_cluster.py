@@ -90,38 +90,30 @@ def comm(pid: int) -> str:
 
 
 def _ports(head: bool) -> list[str]:
-    low = free_port()
-    args = [
-        "--num-cpus",
-        "1",
-        "--object-store-memory",
-        "80000000",
+    """Ray's ports for one node: each component on a free port, and the workers' range clear
+    of them all (Ray refuses a range that holds another component's port: a free port picked
+    at random fell inside it once in CI)."""
+    names = [
         "--node-manager-port",
-        str(free_port()),
         "--object-manager-port",
-        str(free_port()),
         "--dashboard-agent-listen-port",
-        str(free_port()),
         "--dashboard-agent-grpc-port",
-        str(free_port()),
         "--runtime-env-agent-port",
-        str(free_port()),
         "--metrics-export-port",
-        str(free_port()),
-        "--min-worker-port",
-        str(max(20000, low - 200)),
-        "--max-worker-port",
-        str(max(20000, low - 200) + 60),
     ]
     if head:
-        args += [
-            "--ray-client-server-port",
-            str(free_port()),
-            "--dashboard-port",
-            str(free_port()),
-            "--include-dashboard",
-            "false",
-        ]
+        names += ["--ray-client-server-port", "--dashboard-port"]
+    ports = {name: free_port() for name in names}
+    taken = set(ports.values())
+    low = max(20000, free_port() - 200)
+    while taken & set(range(low, low + 61)):
+        low = max(20000, free_port() - 200)
+    args = ["--num-cpus", "1", "--object-store-memory", "80000000"]
+    for name, port in ports.items():
+        args += [name, str(port)]
+    args += ["--min-worker-port", str(low), "--max-worker-port", str(low + 60)]
+    if head:
+        args += ["--include-dashboard", "false"]
     return args
 
 
