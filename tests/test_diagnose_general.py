@@ -507,6 +507,22 @@ def test_a_worker_sigterm_after_an_exception_is_teardown_not_the_cause() -> None
             "NotImplementedError: TurboQuant KV cache is not supported for hybrid",
             "kv_cache_dtype_unsupported",
         ),
+        # blind set P: Ascend's collective library failing in torch_npu's words; Ray's memory
+        # monitor counting the workers it killed; BentoML's model store without the model
+        (
+            "[rank1]: RuntimeError: InnerRunOpApi:torch_npu/csrc/framework/OpParamMaker.cpp:281 "
+            "OPS function error: HcclAllreduce, error code is 6",
+            "nccl_error",
+        ),
+        (
+            "ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low "
+            "on memory.",
+            "engine_killed",
+        ),
+        (
+            "bentoml.exceptions.NotFound: no Models with name 'vllm-mistral--garrulus' found",
+            "model_not_found",
+        ),
     ],
 )
 def test_one_line_facts_from_the_blind_sets(line: str, label: str) -> None:
@@ -580,6 +596,8 @@ def test_a_traceback_s_source_line_is_not_a_log_message() -> None:
         "ERROR 06-01 10:00:00 async_llm_engine.py:499] Engine iteration timed out. This should "
         "never happen!",
         "ERROR 05-01 10:00:00 [multiproc_executor.py:435] WorkerProc failed.",
+        # the API server's side of the engine dying (no stop request before it)
+        "(APIServer pid=1) ERROR 06-23 15:08:34 [async_llm.py:704] AsyncLLM output_handler failed.",
     ],
 )
 def test_the_engine_s_death_lines_are_engine_dead_other(line: str) -> None:
@@ -724,6 +742,13 @@ def test_a_crash_before_a_restart_stands_until_the_new_run_gets_further() -> Non
             "[2024-06-13 16:11:51,588 E 13261 13261] core_worker.cc:228: Failed to register",
             "core_worker.cc:228: Failed to register",
         ),
+        # Rust's tracing format (a launcher such as dynamo-run relaying the engine's lines),
+        # indented by the page; the traceback's own indentation stays
+        (
+            '    2025-06-06T19:02:34.252Z DEBUG dynamo_run::subprocess:   File "/v/engine.py", '
+            "line 586, in run_mp_engine",
+            '  File "/v/engine.py", line 586, in run_mp_engine',
+        ),
         # a carriage return pasted in caret notation (cat -v)
         (
             "ERROR 01-04 04:31:09 [async_llm.py:525] AsyncLLM output_handler failed.^M",
@@ -829,6 +854,18 @@ def test_an_exception_naming_an_engine_option_is_a_refused_setting(message: str)
     """No frames at all (a one-line paste): the option the message names says what to fix."""
     d = diagnose(f"ValueError: {message}\n")
     assert (d.label, d.facts["signature"]) == ("bad_argument", "error_names_option"), d.summary
+
+
+def test_an_exception_saying_which_flag_to_pass_is_a_refused_setting() -> None:
+    """vLLM's NUMA binding (numa_utils): the message ends telling which flag to pass."""
+    d = diagnose(
+        "RuntimeError: NUMA binding was requested, but vLLM could not detect the GPU-to-NUMA "
+        "topology automatically. Pass --numa-bind-nodes explicitly or disable --numa-bind.\n"
+    )
+    assert (d.label, d.facts["bad_args"]) == ("bad_argument", "--numa-bind-nodes"), d.summary
+    # a flag merely mentioned as the way things were set up is no advice
+    d = diagnose("RuntimeError: Worker failed while --enforce-eager was set\n")
+    assert d.label != "bad_argument"
 
 
 def test_an_option_name_inside_a_longer_identifier_is_not_an_option() -> None:
@@ -1022,3 +1059,39 @@ def test_the_real_engine_s_tp_that_does_not_divide_the_heads_reads_cleanly() -> 
         "crashed: tensor_parallel_size 3 does not divide the model "
         "(Total number of attention heads 4)"
     )
+
+
+def test_a_worker_s_failure_is_not_undone_by_the_driver_still_loading() -> None:
+    """Ray workers fail loading their weights while the driver's own progress bar goes on:
+    vLLM never recovers a failed worker, so the run is going down, not starting. A new run
+    after it (a restart) is what counts as starting again."""
+    worker = "(RayWorkerWrapper pid=1949) ERROR 05-28 03:53:36 [worker_base.py:620] "
+    crash = (
+        f"{worker}Traceback (most recent call last):\n"
+        f'{worker}  File "/w/vllm/model_executor/models/deepseek_v2.py", line 788, in '
+        "load_weights\n"
+        f"{worker}    param = params_dict[name]\n"
+        f"{worker}KeyError: 'model.layers.23.mlp.experts.w2_weight_offset'\n"
+    )
+    driver = "Loading safetensors checkpoint shards:   1% Completed | 2/157 [00:04<05:31]\n"
+    assert diagnose(crash + driver).label == "engine_dead_other"
+    restart = "INFO 05-28 03:55:00 [api_server.py:1] vLLM API server version 0.8.5\n"
+    assert diagnose(crash + restart + driver).label == "starting"
+    # the same exception in the driver itself, then progress: a later stage of the same run
+    assert diagnose(crash.replace(worker, "") + driver).label == "starting"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "I0919 01:04:27.387670 2752 model_lifecycle.cc:838] \"successfully loaded 'vllm_model'\"",
+        'I0919 01:04:27.401000 2752 grpc_server.cc:2466] "Started GRPCInferenceService at '
+        '0.0.0.0:8001"',
+        'I0919 01:04:27.402000 2752 http_server.cc:4692] "Started HTTPService at 0.0.0.0:8000"',
+    ],
+)
+def test_triton_serving_the_vllm_backend_s_model_is_up(line: str) -> None:
+    """Triton Inference Server's vLLM backend builds the engine in the model's initialize:
+    Triton loading the model, and its HTTP / gRPC services starting, show it up."""
+    start = "INFO 09-19 01:04:27 model_runner.py:1300] Graph capturing finished in 23 secs.\n"
+    assert diagnose(start + line + "\n").label == "healthy"

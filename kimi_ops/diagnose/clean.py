@@ -19,7 +19,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
         [ \t]*>+[ ]?                                          # markdown quote
       | \[\d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d,\d+[ ][IWEF][ ]\d+[ ]\d+\][ ]  # Ray's C++ log
       | (?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?                  # docker compose "svc-1  | "
-      | \[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
+      | [ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
         (?:\|[ ]?)?                                          # ... "ts | " (log viewers)
       | \w{3,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
       | [│┃][ ]*                                              # k9s / kubectl box border
@@ -29,6 +29,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | E[ ]{3,7}                                             # pytest's failure lines
       | [ ]*\|[ ](?=[ ]*(?:File[ ]"|Traceback[ ]|[\w.]+(?:Error|Exception)\b))  # loguru, ExcGroup
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
+      | [ ]*(?:TRACE|DEBUG|INFO|WARN|ERROR)[ ]+[a-z_]\w*(?:::\w+)+:[ ]  # Rust tracing's target
       | \((?:Process|stdout|stderr)\)[ ]                       # launcher stream tags
       | \|[ ](?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ ]\|[ ][\w.\-]+[ ]\|[ ]  # FastChat
       | [ \t]*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)      # level ...

@@ -160,7 +160,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     active: list[tuple[Rule, _Hit]] = []
     for rule in RULES:
         hit = st.hits.get(rule.name)
-        if hit is None or (shutdown is not None and hit.pos > shutdown):
+        if hit is None or (shutdown is not None and hit.pos >= shutdown):
             continue
         if rule.weak and st.last_signal_pos <= hit.pos:
             continue

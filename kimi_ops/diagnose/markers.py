@@ -79,7 +79,18 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
         r"Starting vLLM (?:API )?server|Waiting for application startup|Available routes are|"
         r"Started server process|^Route: /\S*, Methods:",
     ),
-    _marker("ready", ("Application startup complete", "Uvicorn running on")),
+    _marker(
+        "ready",
+        (
+            "Application startup complete",
+            "Uvicorn running on",
+            # Triton Inference Server's vLLM backend: the model's engine is up (glog quotes the
+            # message), and so is Triton
+            "\"successfully loaded '",
+            "Started HTTPService at",
+            "Started GRPCInferenceService at",
+        ),
+    ),
 )
 _RUN_START = "vLLM API server version"
 #: Frequent "serving" markers (metrics, access log): found per chunk with rfind, not per line.
@@ -346,6 +357,11 @@ _VLLM_ORIGIN_RE = re.compile(
     r"\[?[\w.\-/]+\.py:\d+\]"
     r"|\((?:EngineCore|VllmWorker|Worker_|APIServer|RayWorkerWrapper)[^()]*pid=\d+"
 )
+#: A worker process's prefix (Ray's actor, vLLM's multiprocessing workers): an exception there
+#: is a worker failing, which vLLM does not recover from.
+_WORKER_ORIGIN_RE = re.compile(
+    r"\((?:RayWorkerWrapper|RayWorker\w*|VllmWorker|Worker_\w+)[^()]*pid=\d+"
+)
 #: A traceback frame: Python's, or IPython's (``File ~/x/vllm/worker.py:682, in load_model``).
 _FRAME_RE = re.compile(r'\s*File (?:"[^"]*", line \d+|[~/][^,]*\.py:\d+, in )')
 #: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:
@@ -452,6 +468,9 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Shutdown initiated",  # the V1 engine core's orderly shutdown
     "Shutting down FastAPI",  # the HTTP launcher's stop (SIGINT / SIGTERM)
     "Started server",
+    "Started HTTPService at",  # Triton Inference Server
+    "Started GRPCInferenceService at",
+    "\"successfully loaded '",  # ... Triton loaded a model (the vLLM backend's engine is up)
     "Supported_tasks",  # llm.py: the in-process engine is ready (and "Supported tasks")
     "Supported tasks",
     "Unsloth",  # Unsloth patching the model vLLM loaded in-process

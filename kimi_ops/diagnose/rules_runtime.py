@@ -272,6 +272,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "DistBackendError",
             "HCCL function error",
             "hccl api failed",
+            "function error: Hccl",
             "Gloo connectFullMesh failed",
             "custom_all_reduce.cu",
             "ncclCommWatchdog",
@@ -287,10 +288,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"Watchdog caught collective operation timeout",
             r"NCCL communicator was aborted",
             r"NCCL timeout",
-            # torch.distributed's backend (NCCL / Gloo) error type, also as a C++ abort
+            # torch.distributed's backend error type (also a C++ abort); Ascend's HCCL (NCCL's)
             r"\b(?:c10::|torch\.distributed\.)?DistBackendError\b",
-            # Ascend's collective library (HCCL), NCCL's counterpart
-            r"HCCL function error|DIST call hccl api failed",
+            r"HCCL function error|DIST call hccl api failed|OPS function error: Hccl[A-Z]\w*",
             # torch.distributed's Gloo backend (CPU side of the same collectives)
             r"Gloo connectFullMesh failed",
             # Intel's oneCCL (XPU), NCCL's counterpart: "|CCL_ERROR| exchange_utils.cpp:202 .."
@@ -428,8 +428,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"exceeds the memory usage threshold of [\d.]+\.\s*(?P<killer>Ray killed this worker)",
             r"(?P<killer>Refer to the documentation on how to address the out of memory issue): "
             r"\S*ray-oom-prevention",
-            r"ray\.exceptions\.OutOfMemoryError: (?P<killer>Task was killed due to the node "
-            r"running low on memory)",
+            r"ray\.exceptions\.OutOfMemoryError: (?P<killer>(?:Task was|\d+ worker\(s\) were) "
+            r"killed due to the node running low on memory)",
             # vLLM's SIGTERM handler: raise KeyboardInterrupt("terminated")
             r"^KeyboardInterrupt: (?P<shell_signal>terminated)$",
         ],
@@ -502,6 +502,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Exception in thread",
             "in run_mp_engine",
             "died before responding",
+            "output_handler failed",
             "Engine iteration timed out",
         ),
         [
@@ -515,7 +516,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"EngineCore (?:encountered (?:a fatal error|an issue)|hit an exception)",
             r"Background loop has errored already",
             r"Engine loop has died",
-            r"(?:MQLLMEngine|AsyncLLMEngine) is already dead",
+            r"(?:MQLLMEngine|AsyncLLMEngine) is already dead|AsyncLLM output_handler failed",
             r"RPCServer process died before responding|Engine iteration timed out",  # V0 0.4/0.5
             r"Exception in worker \S+ while processing method",
             r"Error executing method",
@@ -527,9 +528,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"AsyncLLMEngine has failed",
             # the V1 engine core's socket threads: one dying stops the engine's requests
             r"^Exception in thread [^(]*\((?:process_input_sockets?|process_output_sockets?)\)",
-            # V0's engine process (MQLLMEngine): a traceback through its entry point is the
-            # engine failing, as V1's "EngineCore failed to start" (the excerpt may cut both the
-            # exception and the client's "Engine process failed to start")
+            # V0's engine process (MQLLMEngine): a traceback through its entry point is the engine
+            # failing (the excerpt may cut the exception and "Engine process failed to start")
             r"^\s*File \S*/engine/multiprocessing/engine\.py\S*, line \d+, in run_mp_engine$",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "

@@ -93,8 +93,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"Error: Cannot provide a placement group of placement_group_specs=.* within \d+",
             r"(?P<option>tensor|pipeline)_parallel_size \(?(?P<size>\d+)\)? is greater than the "
             r"number of available",
-            # vLLM 0.32's ParallelConfig ("World size (8) is larger than the number of available
-            # GPUs (4) in this node")
+            # vLLM 0.32's ParallelConfig ("World size (8) is larger than the number of ... GPUs")
             r"World size \((?P<size>\d+)\) is larger than the number of available GPUs",
             # the CPU build: one NUMA node per worker (the real engine with TP 4 on one node)
             r"Not enough allowed NUMA nodes to bind threads of (?P<size>\d+) local CPUWorkers",
@@ -246,6 +245,9 @@ SETUP_RULES: tuple[Rule, ...] = (
             # flags that cannot go together / an env setting refused, named in the message
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*(?P<bad_args>--[a-z][\w-]+)\b.*\b(?:cannot|can't|must "
             r"not|are mutually exclusive)\b",
+            # a sentence saying what to pass ("... Pass --numa-bind-nodes explicitly or ...")
+            r"^\s*(?:[\w.]+\.)?\w*Error\b.*[.:;] (?:Pass|Set|Specify|Disable|Enable) "
+            r"[`'\"]?(?P<bad_args>--[a-z][\w-]+)",
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*\b(?P<bad_args>VLLM_[A-Z0-9_]+)=\S+ is not supported\b",
             # vLLM's validation of its options: a ValueError (or pydantic's "Value error, ")
             # whose message names an engine option ("max_cpu_loras (2) must be >= max_loras
@@ -504,7 +506,6 @@ SETUP_RULES: tuple[Rule, ...] = (
             "LocalEntryNotFoundError",
             "We couldn't connect to",
             "OfflineModeIsEnabled",
-            "Client Error",
             "No supported config format",
             "Could not detect config format",
             "config.json",
@@ -514,11 +515,11 @@ SETUP_RULES: tuple[Rule, ...] = (
             "Could not find checkpoint files",
             "CAS service error",
             "Server Error",
-            "is a gated repository",
             "not a valid JSON file",
             "IncompleteSnapshot",
             "specific connection error",
             "valid git identifier",
+            "NotFound: no Models",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -529,13 +530,13 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"RepositoryNotFoundError|Repository Not Found for url",
             r"'?(?P<model>[^'\s]+?)'? is not a local folder (?:and is not a valid model "
             r"identifier|or a valid repository name)",
-            # transformers' words for a gated repo, a revision that does not exist, a broken
-            # config.json, the Hub unreachable; huggingface_hub's half-downloaded snapshot
+            # transformers' gated repo, missing revision, broken config.json, Hub unreachable
             r"You are trying to access a gated repo|(?P<model>\S+) is a gated repository\b",
             r"is not a valid git identifier \(branch name, tag name or commit id\)",
             r"config file at '(?P<model>[^']+?)(?:/config\.json)?' is not a valid JSON file",
             r"There was a specific connection error when trying to load (?P<model>\S+?):",
             r"^(?:[\w.]+\.)?IncompleteSnapshotError\b",
+            r"NotFound: no Models with name '(?P<model>[^']+)' found",  # BentoML's model store
             r"40[13] Client Error.*huggingface",
             r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
             r"40[134] Client Error.*modelscope\.cn/api/v1/models/",

@@ -45,6 +45,7 @@ from kimi_ops.diagnose.markers import (
     _TRIGGER_WORDS,
     _UP_SHUTDOWN_RE,
     _VLLM_ORIGIN_RE,
+    _WORKER_ORIGIN_RE,
 )
 from kimi_ops.diagnose.model import (
     _HEALTHY_STAGE,
@@ -167,11 +168,11 @@ class _Line(NamedTuple):
 #   _EV_STAGE        (stage, progress, text, run_start, frequent)
 #   _EV_HEALTHY      (text, frequent)
 #   _EV_RULE         (rule name, text, groups)
-#   _EV_EXC          (text, is_wrapper, vllm_printed)
+#   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker)
 #   _EV_HEADER, _EV_EXIT, _EV_SHUTDOWN, _EV_FRAME  (text)
 #   _EV_INPROC_READY (text, api_server)
-# The last field of an exception / in-process-ready event is what only the raw line shows
-# (set by _mark_raw_facts); "frequent" marks a serving marker found by _FREQ_HEALTHY's scan.
+# An exception's / in-process-ready event's flags after the text are what only the raw line
+# shows (set by _mark_raw_facts); "frequent" marks a serving marker _FREQ_HEALTHY's scan found.
 _EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
 _EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY = 7, 8, 9
 _ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
@@ -206,6 +207,7 @@ class _State:
         "last_quant_frame_pos",
         "last_quant_code_pos",
         "last_arg_check_pos",
+        "last_worker_crash_pos",
         "tail",
         "tail_provisional",
     )
@@ -236,6 +238,7 @@ class _State:
         self.last_quant_frame_pos = -1  # ... in weight-quantization / GEMM / MoE code
         self.last_quant_code_pos = -1  # ... in vLLM's quantization code proper
         self.last_arg_check_pos = -1  # ... in the serve command's argument check
+        self.last_worker_crash_pos = -1  # an exception under a worker process's prefix
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -303,7 +306,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     if joined:
         return tuple(events)
     if _EXC_RE.match(text):
-        events.append((_EV_EXC, text, is_wrapper, False))
+        events.append((_EV_EXC, text, is_wrapper, False, False))
     elif _TRACEBACK in text:
         events.append((_EV_HEADER, text))
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
@@ -390,6 +393,10 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             return
         if progress and progress.startswith("0/") and st.last_crash_pos > st.last_progress_pos:
             return  # a progress bar at 0 flushed after the crash: nothing progressed
+        if not run_start and st.last_worker_crash_pos > st.last_progress_pos:
+            # a worker process failed (vLLM never recovers a worker): the driver's own progress
+            # after it (its share of the weights still loading) is the same run going down
+            return
         if run_start:  # a new server run: the previous run's "up" / shutdown are history
             st.stage, st.progress = stage, None
             st.healthy_pos, st.healthy_text, st.shutdown_pos = -1, None, -1
@@ -444,6 +451,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_crash_pos = st.last_signal_pos = pos
         if ev[4]:  # printed by vLLM's logger or under one of its processes' prefixes
             st.last_vllm_frame_pos = pos
+        if ev[5]:  # ... under a worker process's prefix (Ray's or vLLM's own workers)
+            st.last_worker_crash_pos = pos
         if not ev[3]:
             if st.first_exc_since_progress is None:
                 st.first_exc_since_progress = line
@@ -528,7 +537,8 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 
 def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
     """Flag what only the raw line shows (clean_line removed it): an exception line that vLLM
-    printed (its logger's format or process prefix), and a "Supported tasks" line that is the
+    printed (its logger's format or process prefix) and whether a worker process did, and a
+    "Supported tasks" line that is the
     API server's (logger ``api_server.py`` or an ``(APIServer pid=..)`` prefix): that one is
     no in-process engine being ready (its HTTP server is still to start)."""
     raw = ""
@@ -537,8 +547,11 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
         if kind != _EV_EXC and kind != _EV_INPROC_READY:
             continue
         raw = raw or scan[ls : scan.find("\n", ls)][:200]
-        vllm_exc = kind == _EV_EXC and _VLLM_ORIGIN_RE.search(raw) is not None
-        if vllm_exc or (kind == _EV_INPROC_READY and ("APIServer" in raw or "api_server" in raw)):
+        if kind == _EV_EXC:
+            vllm_exc = _VLLM_ORIGIN_RE.search(raw) is not None
+            worker = _WORKER_ORIGIN_RE.search(raw) is not None
+            events[i] = (*events[i][:-2], vllm_exc, worker)
+        elif "APIServer" in raw or "api_server" in raw:
             events[i] = (*events[i][:-1], True)
 
 
