@@ -74,7 +74,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-m": ("437cbb8", "474e2ea"),
     "blind-n": ("93bc4ca", None),
     "blind-o": ("883326c", "dccc5df"),
-    "blind-p": ("04c5adb", None),
+    "blind-p": ("04c5adb", "2199b67"),
 }
 
 
