@@ -359,9 +359,7 @@ _VLLM_ORIGIN_RE = re.compile(
 )
 #: A worker process's prefix (Ray's actor, vLLM's multiprocessing workers): an exception there
 #: is a worker failing, which vLLM does not recover from.
-_WORKER_ORIGIN_RE = re.compile(
-    r"\((?:RayWorkerWrapper|RayWorker\w*|VllmWorker|Worker_\w+)[^()]*pid=\d+"
-)
+_WORKER_ORIGIN_RE = re.compile(r"\((?:RayWorker\w*|VllmWorker\w*|Worker(?:_\w+)?)[ ][^()]*pid=\d+")
 #: A traceback frame: Python's, or IPython's (``File ~/x/vllm/worker.py:682, in load_model``).
 _FRAME_RE = re.compile(r'\s*File (?:"[^"]*", line \d+|[~/][^,]*\.py:\d+, in )')
 #: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:

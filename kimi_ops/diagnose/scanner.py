@@ -537,10 +537,10 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 
 def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
     """Flag what only the raw line shows (clean_line removed it): an exception line that vLLM
-    printed (its logger's format or process prefix) and whether a worker process did, and a
-    "Supported tasks" line that is the
-    API server's (logger ``api_server.py`` or an ``(APIServer pid=..)`` prefix): that one is
-    no in-process engine being ready (its HTTP server is still to start)."""
+    printed (its logger's format or process prefix), and whether a worker process did; a
+    "Supported tasks" line that is the API server's (logger ``api_server.py`` or an
+    ``(APIServer pid=..)`` prefix): that one is no in-process engine being ready (its HTTP
+    server is still to start)."""
     raw = ""
     for i in range(start, len(events)):
         kind = events[i][1]
