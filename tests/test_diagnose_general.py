@@ -999,6 +999,17 @@ def test_an_explicit_kv_cache_size_too_small_is_named_in_the_hint() -> None:
     assert "--kv-cache-memory-bytes 1000): raise it first" in d.hint
 
 
+def test_an_explicit_kv_cache_below_one_request_names_its_size_and_the_longest_length() -> None:
+    """The real CPU engine with --max-model-len 512 and --kv-cache-memory-bytes 786432 (room
+    for 256 tokens): vLLM's "To serve at least one request with the model's max seq len" with
+    its estimate; the hint gives that estimate and the size set explicitly."""
+    name = "kv_cache_insufficient__kv_cache_too_small__cpu032_kv_bytes_below_max_model_len.log"
+    d = diagnose((FIXTURES / name).read_text())
+    assert (d.label, d.facts["signature"]) == ("kv_cache_insufficient", "kv_cache_too_small")
+    assert "Lower --max-model-len to at most 256" in d.hint
+    assert "--kv-cache-memory-bytes (now 786432" in d.hint
+
+
 @pytest.mark.parametrize(
     ("line", "label"),
     [

@@ -46,15 +46,15 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens "
             r"that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
             r"is larger than the maximum number of tokens that can be stored in KV cache",
-            # tpu-inference: the weights plus the KV cache exceed the HBM allowed
-            r"total_hbm_used_gb=.*exceeds total_hbm_limit_cap_gb",
+            r"total_hbm_used_gb=.*exceeds total_hbm_limit_cap_gb",  # tpu-inference: over the HBM
             # hybrid (Mamba) models: one cache block per sequence
             r"max_num_seqs \((?P<max_num_seqs>\d+)\) exceeds available \w+ cache blocks",
         ],
         "The KV cache cannot hold one request of max_model_len[[ {max_seq_len}]] tokens"
         "[[: it needs {needed_gib} GiB but only {available_gib} GiB is available]]"
         "[[ (it holds {kv_tokens} tokens)]]. Lower --max-model-len[[ to at most {est_max_len}]]"
-        " or raise --gpu-memory-utilization[[ (now {gpu_memory_utilization})]].",
+        " or raise[[ --kv-cache-memory-bytes (now {kv_cache_memory_bytes}: it sets the size) or]]"
+        " --gpu-memory-utilization[[ (now {gpu_memory_utilization})]].",
         "KV cache too small for max_model_len[[ {max_seq_len}]]"
         "[[ ({needed_gib} GiB needed, {available_gib} GiB available)]]",
         extract=[
