@@ -26,6 +26,7 @@ MODULES = (
     "rules_setup",
     "rules_device",
     "rules_runtime",
+    "rules_engine",
     "rules",
     "markers",
     "scanner",

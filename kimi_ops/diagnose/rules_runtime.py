@@ -1,4 +1,5 @@
-"""Rules, part 3: the run failed (KV memory, port, CUDA OOM, NCCL, killed or dead engine)."""
+"""Rules, part 3: the run failed (KV memory, port, CUDA OOM, NCCL, a killed process, an
+environment cause)."""
 
 from __future__ import annotations
 
@@ -450,121 +451,6 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "{signal_hint}",
         "[[{killed_proc}||the engine process]] vanished without an error: killed by {signal}",
         exclude=[r"exit ?code:? ?[1-9]"],
-    ),
-    # ---------------------------------------------------------- engine_dead_other
-    _rule(
-        "cuda_runtime_error",
-        "engine_dead_other",
-        6,
-        ("CUDA error: ", "HIP error: ", "Search for `cudaError"),
-        # a GPU kernel fault while running (out of memory is cuda_oom's; "no kernel image" and
-        # "invalid device function" are unsupported_gpu's, which rank higher)
-        [
-            r"\b(?:CUDA|HIP) error: (?P<cuda_error>(?!out of memory)[a-z][^'\\\n]*?)\.?(?:'|\\n|$)",
-            # PyTorch's footer of a CUDA error report names the error code even when the
-            # excerpt cuts the "CUDA error:" line ("Search for `cudaErrorAssert' in https://
-            # docs.nvidia.com/cuda/..."); codes of other labels' causes are theirs
-            r"^Search for `(?P<cuda_error>cudaError(?!MemoryAllocation|NoKernelImageForDevice|"
-            r"UnsupportedPtxVersion|InsufficientDriver|NoDevice|DevicesUnavailable)\w+)' in https",
-        ],
-        "A GPU kernel failed while the engine ran (CUDA error: {cuda_error}): a kernel, driver or "
-        "vLLM bug rather than a setting. Retry with --enforce-eager in extra_args (rules out "
-        "CUDA graphs and torch.compile), run once with CUDA_LAUNCH_BLOCKING=1 in the profile's "
-        "env to find the kernel, check the driver and vLLM versions, and search vLLM's issues "
-        "for the error with this model[[ (vLLM {vllm_version})]].",
-        "engine died: CUDA error: {cuda_error}",
-    ),
-    _rule(
-        "engine_wrapper",
-        "engine_dead_other",
-        5,
-        (
-            "Engine core initialization failed",
-            "EngineCore failed to start",
-            "died unexpectedly",
-            "Engine process failed to start",
-            "WorkerProc",
-            "Worker failed with error",
-            "EngineDeadError",
-            "EngineCore encountered",
-            "EngineCore hit an exception",
-            "Background loop has errored",
-            "Engine loop has died",
-            "is already dead",
-            "Exception in worker",
-            "Error executing method",
-            "Executor failed",
-            "fatal signal from worker",
-            "Error in model execution",
-            "No heartbeat received",
-            "background task failed",
-            "AsyncLLMEngine has failed",
-            "Exception in thread",
-            "in run_mp_engine",
-            "died before responding",
-            "output_handler failed",
-            "Engine iteration timed out",
-        ),
-        [
-            r"Engine core initialization failed",
-            r"EngineCore failed to start",
-            r"died unexpectedly",
-            r"Engine process failed to start",
-            r"WorkerProc (?:failed(?: to start)?\b|initialization failed|hit an exception)",
-            r"Worker failed with error",
-            r"EngineDeadError",
-            r"EngineCore (?:encountered (?:a fatal error|an issue)|hit an exception)",
-            r"Background loop has errored already",
-            r"Engine loop has died",
-            r"(?:MQLLMEngine|AsyncLLMEngine) is already dead|AsyncLLM output_handler failed",
-            r"RPCServer process died before responding|Engine iteration timed out",  # V0 0.4/0.5
-            r"Exception in worker \S+ while processing method",
-            r"Error executing method",
-            r"Executor failed",
-            r"(?i:got fatal signal from worker processes)",
-            r"Error in model execution",  # V0's MQLLMEngine, then it dies
-            r"No heartbeat received from MQLLMEngine",  # V0's API server: the engine is gone
-            r"Engine background task failed",  # V0's AsyncLLMEngine loop
-            r"AsyncLLMEngine has failed",
-            # the V1 engine core's socket threads: one dying stops the engine's requests
-            r"^Exception in thread [^(]*\((?:process_input_sockets?|process_output_sockets?)\)",
-            # V0's engine process (MQLLMEngine): a traceback through its entry point is the engine
-            # failing (the excerpt may cut the exception and "Engine process failed to start")
-            r"^\s*File \S*/engine/multiprocessing/engine\.py\S*, line \d+, in run_mp_engine$",
-        ],
-        "The engine died and none of the known causes was recognised. Read the traceback "
-        "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
-        "context.",
-        "engine died[[: {root_cause}]]",
-        exclude=[r"[Aa]ctor died"],  # a Ray actor of another framework, not vLLM's engine
-    ),
-    _rule(
-        "engine_actor_died",
-        "engine_dead_other",
-        5,
-        ("raised in its creation task",),
-        # vLLM's own engine / workers as Ray actors (0.1 .. 0.x) dying while being created
-        [
-            r"actor died because of an error raised in its creation task, "
-            r"ray::(?P<killed_proc>(?:LLMEngine|_?AsyncLLMEngine|RayWorker\w*|EngineCore\w*)\b)"
-        ],
-        "vLLM's {killed_proc} (a Ray actor) died while starting[[ - first error: {root_cause}]]:"
-        " read the exception Ray prints after this line (or the actor's log on its node).",
-        "{killed_proc} actor died while starting[[: {root_cause}]]",
-    ),
-    _rule(
-        "engine_traceback",
-        "engine_dead_other",
-        4,
-        ("run_engine_core", "run_mp_engine", "worker_main", "worker_busy_loop"),
-        [r", in (?:run_engine_core|run_mp_engine|worker_main|worker_busy_loop)\b"],
-        "The engine process crashed with a traceback and none of the known causes was "
-        "recognised[[ - first error: {root_cause}]]. Read the traceback; the last log lines "
-        "show the context.",
-        "engine process crashed[[: {root_cause}]]",
-        # a frame only: it counts when the exception (or an exit) follows; a traceback cut
-        # before its exception shows no cause (unknown)
-        weak=True,
     ),
     # --------------------------------------------- unknown (known, but no own label)
     _rule(
