@@ -523,6 +523,30 @@ def test_a_worker_sigterm_after_an_exception_is_teardown_not_the_cause() -> None
             "bentoml.exceptions.NotFound: no Models with name 'vllm-mistral--garrulus' found",
             "model_not_found",
         ),
+        # blind set Q: a module missing from the environment; huggingface_hub's cache dir
+        # absent; a device the process cannot open; a dtype the quantized kernels refuse
+        (
+            "ModuleNotFoundError: No module named 'compressed_tensors.compressors.pack_quantized'",
+            "unknown",
+        ),
+        (
+            "ERROR 06-24 15:31:46 engine.py:389] Cache directory not found: /data/.cache/"
+            "huggingface. Please use `cache_dir` argument or set `HF_HUB_CACHE` environment "
+            "variable.",
+            "model_not_found",
+        ),
+        (
+            "(RayWorkerWrapper pid=1) ERROR 02-26 09:45:37 worker_base.py:572]         The "
+            "argument is invalid.Reason: Set visible device failed, invalid device=1, input "
+            "visible devices:1",
+            "unknown",
+        ),
+        ("RuntimeError: CUDA error: invalid device ordinal", "unknown"),
+        (
+            "ValueError: torch.bfloat16 is not supported for quantization method awq. Supported "
+            "dtypes: [torch.float16]",
+            "bad_argument",
+        ),
     ],
 )
 def test_one_line_facts_from_the_blind_sets(line: str, label: str) -> None:
@@ -1106,3 +1130,56 @@ def test_triton_serving_the_vllm_backend_s_model_is_up(line: str) -> None:
     Triton loading the model, and its HTTP / gRPC services starting, show it up."""
     start = "INFO 09-19 01:04:27 model_runner.py:1300] Graph capturing finished in 23 secs.\n"
     assert diagnose(start + line + "\n").label == "healthy"
+
+
+def test_the_quantized_kernels_refusing_bfloat16_on_the_cpu_build_is_no_dtype_to_change() -> None:
+    """On a GPU `--dtype half` fixes it (bad_argument); the CPU build casts float16 to
+    bfloat16 itself, so there the quantization has no path at all."""
+    refusal = (
+        "ValueError: torch.bfloat16 is not supported for quantization method gptq. Supported "
+        "dtypes: [torch.float16]\n"
+    )
+    cpu = (
+        "WARNING 05-06 21:24:10 config.py:1 float16 is not supported on CPU, casting to bfloat16.\n"
+    )
+    d = diagnose(cpu + refusal)
+    assert (d.label, d.facts["signature"]) == ("quantization_unsupported", "quant_dtype_mismatch")
+    assert "no path on this CPU build" in d.hint
+    assert "--dtype half" in diagnose(refusal).hint
+
+
+@pytest.mark.parametrize(
+    ("log", "label"),
+    [
+        # A traceback pasted as an indented block and wrapped mid-path: the path's rest starts
+        # with the block's indentation; joined, the frame is V0's run_mp_engine (the engine).
+        pytest.param(
+            "    Traceback (most recent call last):\n"
+            '      File "/home/u/venvs/llm/lib/python3.10/site-packages/vllm/engine/multi\n'
+            '    processing/engine.py", line 388, in run_mp_engine\n'
+            "        engine = MQLLMEngine.from_engine_args(engine_args=engine_args,\n",
+            "engine_dead_other",
+            id="frame-path-wrapped-at-the-page-width",
+        ),
+        # Python's resource tracker relaunching itself at exit is no engine death
+        pytest.param(
+            'INFO:     127.0.0.1:35812 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+            "(EngineCore_DP0 pid=1) /usr/lib/python3.12/multiprocessing/resource_tracker.py:123: "
+            "UserWarning: resource_tracker: process died unexpectedly, relaunching.  Some "
+            "resources might leak.\n",
+            "healthy",
+            id="resource-tracker-relaunching",
+        ),
+        # RL colocation puts the in-process engine to sleep between rollouts: only a running
+        # engine sleeps, so it was up even when its own ready line was cut
+        pytest.param(
+            "INFO 11-17 17:06:50 [worker_v1.py:171] Sleep mode freed 0.00 GiB memory, 23.66 GiB "
+            "memory is still in use.\n"
+            "INFO 11-17 17:06:50 [executor_base.py:189] It took 0.000855 seconds to fall asleep.\n",
+            "healthy",
+            id="engine-put-to-sleep",
+        ),
+    ],
+)
+def test_what_blind_set_q_taught_in_several_lines(log: str, label: str) -> None:
+    assert diagnose(log).label == label

@@ -18,7 +18,12 @@ from kimi_ops.diagnose.hints import (
 )
 from kimi_ops.diagnose.markers import _ATTN_KERNEL_RE, _QUANT_KERNEL_RE
 from kimi_ops.diagnose.model import _STAGE_DESC, FAILURE_LABELS, STAGES, Diagnosis, Rule
-from kimi_ops.diagnose.rules import _FP8_ARCH_KV_RULE, _NO_KERNEL_IMAGE_QUANT_RULE, RULES
+from kimi_ops.diagnose.rules import (
+    _FP8_ARCH_KV_RULE,
+    _NO_KERNEL_IMAGE_QUANT_RULE,
+    _QUANT_DTYPE_CPU_RULE,
+    RULES,
+)
 from kimi_ops.diagnose.scanner import _Hit, _Line, _State, _truncate
 
 
@@ -153,6 +158,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     facts = dict(st.facts)
     if "backend" in facts:
         facts["backend"] = _backend_name(facts["backend"])
+    if "device" in facts:
+        facts["device"] = facts["device"].lower()  # "cpu" whether from a config or a notice
     stage = _stage_name(st)
     progress = _progress(st)
     shutdown = st.shutdown_pos if st.shutdown_pos >= 0 else None
@@ -201,6 +208,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             rule = _FP8_ARCH_KV_RULE
         if rule.name == "no_kernel_image" and _in_quant_code(st):
             rule = _NO_KERNEL_IMAGE_QUANT_RULE
+        if rule.name == "quant_dtype_mismatch" and facts.get("device") == "cpu":
+            rule = _QUANT_DTYPE_CPU_RULE
         groups: dict[str, str] = {}
         for h in same:
             for k, v in h.groups.items():

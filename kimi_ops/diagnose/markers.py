@@ -82,6 +82,8 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
     _marker(
         "ready",
         (
+            # an engine put to sleep (RL colocation) was up first: only a running one sleeps
+            "Sleep mode freed",
             "Application startup complete",
             "Uvicorn running on",
             # Triton Inference Server's vLLM backend: the model's engine is up (glog quotes the
@@ -134,6 +136,8 @@ _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
         (("non-default args",), r"'model(?:_tag)?': '(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bmodel='(?P<model>[^']+)'"),
         (("LLM engine (v",), r"\bdevice_config=(?P<device>\w+)"),
+        # the CPU build at startup: "float16 is not supported on CPU, casting to bfloat16."
+        (("casting to bfloat16",), r"not supported on (?P<device>CPU), casting to bfloat16"),
         (("def ",), r"^def (?P<triton_kernel>\w+)\("),  # Triton CompilationError echo
         # pydantic's message under "N validation error(s) for XConfig"
         (("Value error, ",), r"^\s*Value error, (?P<config_error>.+?)\.?(?: \[type=\w+|$)"),
@@ -467,6 +471,7 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Shutting down FastAPI",  # the HTTP launcher's stop (SIGINT / SIGTERM)
     "Started server",
     "Started HTTPService at",  # Triton Inference Server
+    "Sleep mode freed",  # an engine that was up, put to sleep
     "Started GRPCInferenceService at",
     "\"successfully loaded '",  # ... Triton loaded a model (the vLLM backend's engine is up)
     "Supported_tasks",  # llm.py: the in-process engine is ready (and "Supported tasks")
@@ -534,5 +539,6 @@ _HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset(
         "--kv-cache-dtype",
         "kv_cache_dtype=",
         "no longer supports this GPU",  # PyTorch's warning at import, before vLLM starts
+        "casting to bfloat16",  # the CPU build's dtype notice, at startup
     }
 )

@@ -37,3 +37,13 @@ _NO_KERNEL_IMAGE_QUANT_RULE = replace(
     "with a kernel for it.",
     summary="no quantized-kernel image for this GPU",
 )
+#: ``quant_dtype_mismatch`` on the CPU build: it casts float16 to bfloat16 itself, so no
+#: --dtype gets the kernels the dtype they take; the quantization has no CPU path.
+_QUANT_DTYPE_CPU_RULE = replace(
+    _RULE_BY_NAME["quant_dtype_mismatch"],
+    label="quantization_unsupported",
+    hint="The {quantization} kernels take only {supported}, and the CPU build runs float16 "
+    "models as bfloat16: {quantization} has no path on this CPU build. Serve an unquantized "
+    "checkpoint (or a quantization the CPU build lists) on CPU, or this one on a GPU.",
+    summary="{quantization} quantization has no CPU path (dtype {dtype} refused)",
+)

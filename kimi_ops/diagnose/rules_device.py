@@ -244,7 +244,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"quant|scaled_mm|w8a8|wna16|ggml|gguf|int8|int4|cutlass|machete|exllama)\w*)",
             r"Could not run '\w*::\w*(?i:quant|fp8|fp4|marlin|gptq|awq)\w*' with arguments from "
             r"the '(?P<platform>\w+)' backend",
-            r"is not supported for quantization method (?P<quantization>[\w\-]+)",
+            r"(?<!float16 )(?<!float32 )is not supported for quantization method "
+            r"(?P<quantization>[\w\-]+)",
             # "only 4-bit", "only 2/3/4/8-bit", "only 6-bit or 8-bit weight quantization are"
             r"only (?:\d+(?:-bit)?(?:/| or |, ))*(?P<bits>\d+)-bit (?:weight )?quantization "
             r"(?:is|are) supported for (?P<quantization>[\w\-]+)",
@@ -261,6 +262,22 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "quantization[[ {quantization}]] not supported on [[{platform}||this device]]"
         "[[ (no {quant_op} kernel)]]",
         exclude=[r"(?i:compute capability|capability[:<>])"],  # quantization_needs_newer_gpu
+    ),
+    _rule(
+        "quant_dtype_mismatch",
+        "bad_argument",
+        85,
+        ("for quantization method",),
+        # the model dtype asked for (or the checkpoint's default) is not one the quantized
+        # kernels take: the fix is --dtype, not another checkpoint
+        [
+            r"(?:torch\.)?(?P<dtype>bfloat16|float16|float32) is not supported for quantization "
+            r"method (?P<quantization>[\w\-]+)\. Supported dtypes: (?P<supported>\[[^\]]*\])"
+        ],
+        "The {quantization} kernels do not take the model dtype {dtype} (they take "
+        "{supported}): set --dtype in the profile's extra_args to one of those (`--dtype half` "
+        "for float16).",
+        "dtype {dtype} not supported by {quantization} quantization",
     ),
     _rule(
         "quant_scheme_refused",
@@ -424,6 +441,25 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "accelerator busy (held by another process)",
     ),
     _rule(
+        "device_not_visible",
+        "unknown",
+        3,
+        ("invalid device=", "open device ", "invalid device ordinal"),
+        # the process was told to use a device it cannot see or open (Ascend's runtime: "Set
+        # visible device failed, invalid device=1"; CUDA: "invalid device ordinal")
+        [
+            r"Set visible device failed, invalid device=(?P<device_id>\d+)",
+            r"\bopen device (?P<device_id>\d+) failed\b",
+            r"\b(?:CUDA|HIP) error: invalid device ordinal\b",
+        ],
+        "A process was given an accelerator[[ ({device_id})]] it cannot see or open: the "
+        "visible-device list (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES / "
+        "HIP_VISIBLE_DEVICES in the profile's env or the container's device list) holds fewer "
+        "devices than tensor_parallel_size x pipeline_parallel_size asks for, or names one the "
+        "host lacks. Compare `nvidia-smi -L` (`npu-smi info`) with the profile.",
+        "accelerator[[ {device_id}]] not visible to the process",
+    ),
+    _rule(
         "unsupported_model",
         "unknown",
         3,
@@ -464,5 +500,21 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "point's name for this vLLM version (vllm.entrypoints.openai.api_server, or `vllm "
         "serve`) and that vLLM is installed in the profile's python.",
         "no module {module} in this python",
+    ),
+    _rule(
+        "python_module_missing",
+        "unknown",
+        3,
+        ("ModuleNotFoundError",),
+        # the server (or a library it imports) imports a module its environment does not
+        # have: a dependency missing, or one whose version moved the module (an install whose
+        # packages do not match: "No module named 'compressed_tensors.compressors.pack_quantized'")
+        [r"^\s*(?:[\w.]+\.)?ModuleNotFoundError: No module named '(?P<module>[\w.]+)'"],
+        "A Python module the server imports is missing: {module}. The environment is "
+        "incomplete or holds versions that do not match vLLM's (a dependency upgraded or "
+        "downgraded past the one vLLM was built against): install vLLM with its pinned "
+        "requirements in a clean venv or image, or install the package that provides "
+        "{module} at the version vLLM asks for.",
+        "Python module {module} missing",
     ),
 )

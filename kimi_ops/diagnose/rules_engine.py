@@ -90,7 +90,9 @@ ENGINE_RULES: tuple[Rule, ...] = (
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "
         "context.",
         "engine died[[: {root_cause}]]",
-        exclude=[r"[Aa]ctor died"],  # a Ray actor of another framework, not vLLM's engine
+        # a Ray actor of another framework, not vLLM's engine; Python's resource tracker
+        # relaunching itself (a warning at exit)
+        exclude=[r"[Aa]ctor died|resource_tracker: process died"],
     ),
     _rule(
         "engine_actor_died",

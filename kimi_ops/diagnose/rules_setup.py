@@ -214,8 +214,7 @@ SETUP_RULES: tuple[Rule, ...] = (
         [
             r"User-specified max_model_len \((?P<max_model_len>\d+)\) is greater than the "
             r"derived max_model_len(?: \((?P<derived>[^)]*)\))?",
-            # a platform's own limit ("... do not support max_model_len greater than 32768 on
-            # N150 (received 65536)")
+            # a platform's own limit ("... max_model_len greater than 32768 on N150 ...")
             r"(?i:not support max_model_len (?:greater|larger|longer) than) (?P<derived>\d+)",
         ],
         "--max-model-len[[ {max_model_len}]] is larger than the model supports[[ ({derived})]]:"
@@ -239,8 +238,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"(?:to\s+)?(?:increas|decreas|reduc|lower|rais|set|specify|pass|enabl|disabl|adjust"
             r"|chang)\w*\s+(?:the\s+|your\s+)?(?:value\s+of\s+)?[`'\"]?"
             r"(?P<bad_args>(?:--)?[a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)",
-            # a value over the limit a max_* option sets ("LoRA rank 32 is greater than
-            # max_lora_rank 16")
+            # a value over a max_* option's limit ("LoRA rank 32 is greater than max_lora_rank 16")
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*\b(?:greater|larger) than (?P<bad_args>max_[a-z_]+)\b",
             # flags that cannot go together / an env setting refused, named in the message
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*(?P<bad_args>--[a-z][\w-]+)\b.*\b(?:cannot|can't|must "
@@ -520,6 +518,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             "specific connection error",
             "valid git identifier",
             "NotFound: no Models",
+            "Cache directory not found",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -537,6 +536,7 @@ SETUP_RULES: tuple[Rule, ...] = (
             r"There was a specific connection error when trying to load (?P<model>\S+?):",
             r"^(?:[\w.]+\.)?IncompleteSnapshotError\b",
             r"NotFound: no Models with name '(?P<model>[^']+)' found",  # BentoML's model store
+            r"Cache directory not found: \S+ Please use `cache_dir`",  # huggingface_hub's cache
             r"40[13] Client Error.*huggingface",
             r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
             r"40[134] Client Error.*modelscope\.cn/api/v1/models/",

@@ -110,8 +110,7 @@ def _dedupe_words(words: Iterable[str]) -> list[str]:
 _ANCHORS = frozenset(w[0] for w in _TRIGGER_WORDS)
 #: Maps every first character of a trigger word to ``\x01`` (all other bytes unchanged).
 _ANCHOR_TABLE = bytes(1 if chr(b) in _ANCHORS else b for b in range(256))
-#: The trigger words, translated the same way: one trie with the single literal prefix
-#: ``\x01``, which ``re`` scans for about as fast as ``str.find``.
+#: The trigger words, translated the same way: one trie with the literal prefix ``\x01`` (fast).
 _TRIGGER = re.compile(
     _trie_regex(
         w.encode("ascii").translate(_ANCHOR_TABLE).decode("latin-1")
@@ -128,6 +127,7 @@ _CONT = re.compile(
     r"\n(?!" + _REC_BASIC + r"|(?:(?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?)?(?:[ \t]*>+[ ]?)?"
     r"(?:" + _REC_BASIC + "))"
 )
+_OPEN_FRAME = re.compile(r'File "[^"\n]{40,}\n')  # a frame's path wrapped: its rest is indented
 
 
 def _candidate_lines(scan: str) -> list[int]:
@@ -332,7 +332,9 @@ def _is_continuation(prev_raw: str, cur_clean: str) -> bool:
 
 def _analyze_join(prev_raw: str, cur_raw: str, pos: int, events: list[tuple[Any, ...]]) -> None:
     cur = clean_line(cur_raw)
-    if not _is_continuation(prev_raw, cur):
+    if _OPEN_FRAME.search(prev_raw + "\n"):
+        cur = cur.lstrip()  # a frame's path cut mid-way: the rest, whatever the page's indent
+    elif not _is_continuation(prev_raw, cur):
         return
     prev = clean_line(prev_raw)
     if prev.startswith(_IGNORED_PREFIXES):
@@ -583,14 +585,13 @@ def _process(st: _State, block: str) -> None:
     first_end = scan.find("\n")
     if st.last_line is not None and _CONT.match("\n" + scan[: min(first_end, 200)] + "\n"):
         _analyze_join(st.last_line, scan[:first_end], base, events)
-    for m in _CONT.finditer(scan):
-        ls = m.start() + 1
+    for m in (*_CONT.finditer(scan), *_OPEN_FRAME.finditer(scan)):
+        nl = m.end() - 1 if m.re is _OPEN_FRAME else m.start()
+        ls = nl + 1
         if ls >= len(scan):
-            break
-        prev_start = scan.rfind("\n", 0, m.start()) + 1
-        _analyze_join(
-            scan[prev_start : m.start()], scan[ls : scan.find("\n", ls)], base + ls, events
-        )
+            continue
+        prev_start = scan.rfind("\n", 0, nl) + 1
+        _analyze_join(scan[prev_start:nl], scan[ls : scan.find("\n", ls)], base + ls, events)
     st.last_line = scan[scan.rfind("\n", 0, len(scan) - 1) + 1 : -1]
     if events:
         events.sort(key=lambda e: (e[0], e[1]))
