@@ -75,7 +75,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-n": ("93bc4ca", None),
     "blind-o": ("883326c", "dccc5df"),
     "blind-p": ("04c5adb", "2199b67"),
-    "blind-q": ("9db7c76", None),
+    "blind-q": ("9db7c76", "52256d0"),
 }
 
 
