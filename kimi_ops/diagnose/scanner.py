@@ -585,11 +585,11 @@ def _process(st: _State, block: str) -> None:
     first_end = scan.find("\n")
     if st.last_line is not None and _CONT.match("\n" + scan[: min(first_end, 200)] + "\n"):
         _analyze_join(st.last_line, scan[:first_end], base, events)
-    for m in (*_CONT.finditer(scan), *_OPEN_FRAME.finditer(scan)):
-        nl = m.end() - 1 if m.re is _OPEN_FRAME else m.start()
+    cut_paths = {m.end() - 1 for m in _OPEN_FRAME.finditer(scan)}  # each newline joined once
+    for nl in sorted(cut_paths.union(m.start() for m in _CONT.finditer(scan))):
         ls = nl + 1
         if ls >= len(scan):
-            continue
+            break
         prev_start = scan.rfind("\n", 0, nl) + 1
         _analyze_join(scan[prev_start:nl], scan[ls : scan.find("\n", ls)], base + ls, events)
     st.last_line = scan[scan.rfind("\n", 0, len(scan) - 1) + 1 : -1]
