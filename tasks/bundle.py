@@ -29,6 +29,7 @@ MODULES = (
     "rules_engine",
     "rules",
     "markers",
+    "candidates",
     "scanner",
     "decide",
     "diagnoser",

@@ -38,6 +38,7 @@ from kimi_ops.diagnose import (
 D = importlib.import_module("kimi_ops.diagnose")
 #: The package's modules: the fast line filter and streaming state, and the line patterns.
 SCANNER = importlib.import_module("kimi_ops.diagnose.scanner")
+CANDIDATES = importlib.import_module("kimi_ops.diagnose.candidates")
 MARKERS = importlib.import_module("kimi_ops.diagnose.markers")
 RULES_MODULE = importlib.import_module("kimi_ops.diagnose.rules")
 
@@ -901,7 +902,7 @@ def test_huge_single_feed_is_sliced_but_equivalent() -> None:
 
 def test_trigger_words_stay_selective_after_translation() -> None:
     for word in MARKERS._TRIGGER_WORDS:
-        literal = [ch for ch in word if ch not in SCANNER._ANCHORS]
+        literal = [ch for ch in word if ch not in CANDIDATES._ANCHORS]
         assert len(literal) >= 3, f"{word!r} would match any run of anchor characters"
 
 

@@ -400,9 +400,9 @@ _NEWLINE = re.compile("\n")
 #: line holds ``Error`` / ``Exception``, so ``ValueError: No available memory ...`` needs no
 #: word of its own; the rest cover stage, fact and non-exception failure lines. The tests
 #: check this fast path against analysing every line. For speed, all first characters of
-#: these words are mapped to one byte (see ``scanner._candidate_lines``), so keep them few and rare,
-#: and keep at least three other characters in each (a word made only of first characters
-#: would match any run of them).
+#: these words are mapped to one byte (see ``candidates._candidate_lines``), so keep them few
+#: and rare, and keep at least three other characters in each (a word made only of first
+#: characters would match any run of them).
 _TRIGGER_WORDS: tuple[str, ...] = (
     # exceptions, tracebacks, exits; every ERROR / CRITICAL record
     "Error",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from kimi_ops.diagnose.candidates import _CONT, _OPEN_FRAME, _candidate_lines
 from kimi_ops.diagnose.clean import clean_line
 from kimi_ops.diagnose.markers import (
     _ALL_KEYWORDS,
@@ -21,7 +21,6 @@ from kimi_ops.diagnose.markers import (
     _EXIT_KEYWORDS,
     _EXIT_RE,
     _FACT_PATTERNS,
-    _FIND_WORDS,
     _FRAME_RE,
     _FREQ_HEALTHY,
     _HTTP_SHUTDOWN_RE,
@@ -42,7 +41,6 @@ from kimi_ops.diagnose.markers import (
     _STAGE_MARKERS,
     _STOP_REQUEST_RE,
     _TRACEBACK,
-    _TRIGGER_WORDS,
     _UP_SHUTDOWN_RE,
     _VLLM_ORIGIN_RE,
     _WORKER_ORIGIN_RE,
@@ -60,10 +58,11 @@ from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL, RULES
 # Why the scanner is shaped so. A log may be gigabytes (diagnosed on the host, 1 MiB at a
 # time) and almost all of it is serving noise (metrics, access log) that decides nothing.
 # Python-level work on every one of tens of millions of lines would dominate, so the scanner
-# never loops over lines: ``_candidate_lines`` finds the few lines worth analysing with C-speed
-# scans (one ``re`` trie over a ``bytes.translate``d copy whose only literal prefix is one
-# byte, plus a few ``str.find`` needles), and ``_FULL_SCAN`` analyses every line of a small
-# excerpt's head, where a pasted log's one telling line may hold no trigger word.
+# never loops over lines: ``_candidate_lines`` (candidates.py) finds the few lines worth
+# analysing with C-speed scans (one ``re`` trie over a ``bytes.translate``d copy whose only
+# literal prefix is one byte, plus a few ``str.find`` needles), and ``_FULL_SCAN`` analyses
+# every line of a small excerpt's head, where a pasted log's one telling line may hold no
+# trigger word.
 # ``_line_events`` is memoised (the same lines repeat), and frequent "serving" markers are
 # found per chunk with ``rfind``. The streaming ``_State`` is small and cloneable, and events
 # apply in log order, so feeding a log in any split gives exactly the whole-log diagnosis.
@@ -75,81 +74,6 @@ from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL, RULES
 #: the trigger lines: an excerpt pasted into an issue is small, and its one telling line
 #: may hold none of the trigger words. Past it, the trigger scan keeps big logs fast.
 _FULL_SCAN = 64 * 1024
-
-
-def _trie_regex(words: Iterable[str]) -> str:
-    """A regex alternation of literals, factored as a trie (fast in ``re``)."""
-    trie: dict[str, Any] = {}
-    for w in words:
-        node = trie
-        for ch in w:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def build(node: dict[str, Any]) -> str:
-        if list(node) == [""]:
-            return ""
-        alts = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
-        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-        if "" in node:
-            return "(?:" + body + ")?"
-        return body
-
-    return build(trie)
-
-
-def _dedupe_words(words: Iterable[str]) -> list[str]:
-    """Drop words that contain a shorter word (that one finds the same lines)."""
-    keep: list[str] = []
-    for w in sorted(set(words), key=len):
-        if not any(k in w for k in keep):
-            keep.append(w)
-    return keep
-
-
-_ANCHORS = frozenset(w[0] for w in _TRIGGER_WORDS)
-#: Maps every first character of a trigger word to ``\x01`` (all other bytes unchanged).
-_ANCHOR_TABLE = bytes(1 if chr(b) in _ANCHORS else b for b in range(256))
-#: The trigger words, translated the same way: one trie with the literal prefix ``\x01`` (fast).
-_TRIGGER = re.compile(
-    _trie_regex(
-        w.encode("ascii").translate(_ANCHOR_TABLE).decode("latin-1")
-        for w in _dedupe_words(_TRIGGER_WORDS)
-    ).encode("latin-1")
-)
-_REC_BASIC = (
-    r"\(|[ \t]{2}|\[|\t|INFO|WARN|ERROR|DEBUG|CRITICAL|Traceback|File |\d{4}-\d\d|"
-    r"\d\d-\d\d[ ]\d\d:|\d\d:\d\d:\d\d|\n|$"
-)
-#: A newline followed by a line that does not look like the start of a log record
-#: (also behind a docker-compose prefix or markdown quote marks): a wrap candidate.
-_CONT = re.compile(
-    r"\n(?!" + _REC_BASIC + r"|(?:(?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?)?(?:[ \t]*>+[ ]?)?"
-    r"(?:" + _REC_BASIC + "))"
-)
-_OPEN_FRAME = re.compile(r'File "[^"\n]{40,}\n')  # a frame's path wrapped: its rest is indented
-
-
-def _candidate_lines(scan: str) -> list[int]:
-    """Start offsets (sorted, unique) of the lines of ``scan`` worth analysing."""
-    starts: set[int] = set()
-    # ASCII-encode with one "?" per other character, so byte offsets equal str offsets.
-    marked = scan.encode("ascii", "replace").translate(_ANCHOR_TABLE)
-    search = _TRIGGER.search
-    i = 0
-    while True:
-        m = search(marked, i)
-        if m is None:
-            break
-        p = m.start()
-        starts.add(scan.rfind("\n", 0, p) + 1)
-        i = scan.find("\n", p) + 1
-    for word in _FIND_WORDS:
-        p = scan.find(word)
-        while p >= 0:
-            starts.add(scan.rfind("\n", 0, p) + 1)
-            p = scan.find(word, scan.find("\n", p))
-    return sorted(starts)
 
 
 class _Hit(NamedTuple):

@@ -1,0 +1,85 @@
+"""Which lines of a block are worth analysing: the trigger-word scan (C-speed, no line loop)
+and the patterns that find hard-wrapped continuations (see scanner.py's note on its shape)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from kimi_ops.diagnose.markers import _FIND_WORDS, _TRIGGER_WORDS
+
+
+def _trie_regex(words: Iterable[str]) -> str:
+    """A regex alternation of literals, factored as a trie (fast in ``re``)."""
+    trie: dict[str, Any] = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        if list(node) == [""]:
+            return ""
+        alts = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        if "" in node:
+            return "(?:" + body + ")?"
+        return body
+
+    return build(trie)
+
+
+def _dedupe_words(words: Iterable[str]) -> list[str]:
+    """Drop words that contain a shorter word (that one finds the same lines)."""
+    keep: list[str] = []
+    for w in sorted(set(words), key=len):
+        if not any(k in w for k in keep):
+            keep.append(w)
+    return keep
+
+
+_ANCHORS = frozenset(w[0] for w in _TRIGGER_WORDS)
+#: Maps every first character of a trigger word to ``\x01`` (all other bytes unchanged).
+_ANCHOR_TABLE = bytes(1 if chr(b) in _ANCHORS else b for b in range(256))
+#: The trigger words, translated the same way: one trie with the literal prefix ``\x01`` (fast).
+_TRIGGER = re.compile(
+    _trie_regex(
+        w.encode("ascii").translate(_ANCHOR_TABLE).decode("latin-1")
+        for w in _dedupe_words(_TRIGGER_WORDS)
+    ).encode("latin-1")
+)
+_REC_BASIC = (
+    r"\(|[ \t]{2}|\[|\t|INFO|WARN|ERROR|DEBUG|CRITICAL|Traceback|File |\d{4}-\d\d|"
+    r"\d\d-\d\d[ ]\d\d:|\d\d:\d\d:\d\d|\n|$"
+)
+#: A newline followed by a line that does not look like the start of a log record
+#: (also behind a docker-compose prefix or markdown quote marks): a wrap candidate.
+_CONT = re.compile(
+    r"\n(?!" + _REC_BASIC + r"|(?:(?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?)?(?:[ \t]*>+[ ]?)?"
+    r"(?:" + _REC_BASIC + "))"
+)
+_OPEN_FRAME = re.compile(r'File "[^"\n]{40,}\n')  # a frame's path wrapped: its rest is indented
+
+
+def _candidate_lines(scan: str) -> list[int]:
+    """Start offsets (sorted, unique) of the lines of ``scan`` worth analysing."""
+    starts: set[int] = set()
+    # ASCII-encode with one "?" per other character, so byte offsets equal str offsets.
+    marked = scan.encode("ascii", "replace").translate(_ANCHOR_TABLE)
+    search = _TRIGGER.search
+    i = 0
+    while True:
+        m = search(marked, i)
+        if m is None:
+            break
+        p = m.start()
+        starts.add(scan.rfind("\n", 0, p) + 1)
+        i = scan.find("\n", p) + 1
+    for word in _FIND_WORDS:
+        p = scan.find(word)
+        while p >= 0:
+            starts.add(scan.rfind("\n", 0, p) + 1)
+            p = scan.find(word, scan.find("\n", p))
+    return sorted(starts)
