@@ -331,21 +331,42 @@ def _generic_unknown(
         if main.text not in evidence:
             evidence.insert(0, main.text)
         values["what"] = _truncate(main.text.strip(), 300)
-    if engine and main is not None and main is st.last_exc:
-        facts["signature"] = "vllm_traceback"
+    dead: tuple[str, str, str] | None = None  # (signature, hint, summary)
+    if (
+        main is not None
+        and main is st.last_frame
+        and st.last_engine_log_frame_pos == main.pos
+        and st.last_survived_frame_pos <= st.last_progress_pos
+    ):
+        # the engine's own error logger printed this traceback (it prints the engine's fatal
+        # errors only): the engine died, though the excerpt ends before the exception
+        dead = (
+            "engine_logger_traceback",
+            "The engine's own error logger printed a traceback (it logs the engine's fatal "
+            "errors) and the log ends before its exception; the last frame: {what}. Read the "
+            "lines after it in the full log for the exception, then search vLLM's issues for "
+            "it with the model and version[[ ({vllm_version})]].",
+            "crashed: engine died (traceback cut before its exception)",
+        )
+    elif engine and main is not None and main is st.last_exc:
         first = root.text if root is not None else main.text
+        values["first"] = _truncate(first, 300)
+        dead = (
+            "vllm_traceback",
+            "vLLM died of an exception no known cause matches: {first}. Read the traceback (it "
+            "runs through vLLM's code) and the last log lines; search vLLM's issues for the "
+            "exception with the model and version[[ ({vllm_version})]].",
+            "crashed: engine died: " + _truncate(first, 200),
+        )
+    if dead is not None:
+        facts["signature"] = dead[0]
         return Diagnosis(
             label="engine_dead_other",
             stage=stage,
             progress=progress,
             evidence=tuple(_truncate(e) for e in evidence),
-            hint=_render(
-                "vLLM died of an exception no known cause matches: {first}. Read the "
-                "traceback (it runs through vLLM's code) and the last log lines; search vLLM's "
-                "issues for the exception with the model and version[[ ({vllm_version})]].",
-                {**values, "first": _truncate(first, 300)},
-            ),
-            summary="crashed: engine died: " + _truncate(first, 200),
+            hint=_render(dead[1], values),
+            summary=dead[2],
             facts=facts,
         )
     if main is not None and main is st.last_exit and "Killed" in main.text:

@@ -17,6 +17,7 @@ from kimi_ops.diagnose.markers import (
     _CONFIG_FRAME_RE,
     _CONFIG_REFUSAL_RE,
     _DISPATCH,
+    _ENGINE_LOGGER_RE,
     _EXC_RE,
     _EXIT_KEYWORDS,
     _EXIT_RE,
@@ -40,6 +41,7 @@ from kimi_ops.diagnose.markers import (
     _SOURCE_LINE_RE,
     _STAGE_MARKERS,
     _STOP_REQUEST_RE,
+    _SURVIVED_FRAME_RE,
     _TRACEBACK,
     _UP_SHUTDOWN_RE,
     _VLLM_ORIGIN_RE,
@@ -93,10 +95,12 @@ class _Line(NamedTuple):
 #   _EV_HEALTHY      (text, frequent)
 #   _EV_RULE         (rule name, text, groups)
 #   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker)
-#   _EV_HEADER, _EV_EXIT, _EV_SHUTDOWN, _EV_FRAME  (text)
+#   _EV_HEADER, _EV_EXIT, _EV_SHUTDOWN  (text)
+#   _EV_FRAME        (text, engine_logged)
 #   _EV_INPROC_READY (text, api_server)
-# An exception's / in-process-ready event's flags after the text are what only the raw line
-# shows (set by _mark_raw_facts); "frequent" marks a serving marker _FREQ_HEALTHY's scan found.
+# The flags after the text of an exception, a frame or an in-process-ready event are what only
+# the raw line shows (set by _mark_raw_facts); "frequent" marks a serving marker that
+# _FREQ_HEALTHY's scan found.
 _EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
 _EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY = 7, 8, 9
 _ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
@@ -132,6 +136,8 @@ class _State:
         "last_quant_code_pos",
         "last_arg_check_pos",
         "last_worker_crash_pos",
+        "last_engine_log_frame_pos",
+        "last_survived_frame_pos",
         "tail",
         "tail_provisional",
     )
@@ -163,6 +169,8 @@ class _State:
         self.last_quant_code_pos = -1  # ... in vLLM's quantization code proper
         self.last_arg_check_pos = -1  # ... in the serve command's argument check
         self.last_worker_crash_pos = -1  # an exception under a worker process's prefix
+        self.last_engine_log_frame_pos = -1  # a frame the engine's own error logger printed
+        self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -241,7 +249,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     if present and not _INPROC_KEYWORDS.isdisjoint(present) and _INPROC_READY_RE.search(text):
         events.append((_EV_INPROC_READY, text, False))
     if _FRAME_RE.match(text):
-        events.append((_EV_FRAME, text))
+        events.append((_EV_FRAME, text, False))
     return tuple(events)
 
 
@@ -423,6 +431,10 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         # exception line, the process failed (the cause is what the excerpt lacks)
         st.last_frame = _Line(pos, ev[2])
         st.last_crash_pos = pos
+        if ev[3]:
+            st.last_engine_log_frame_pos = pos
+            if _SURVIVED_FRAME_RE.search(ev[2]):
+                st.last_survived_frame_pos = pos
         if "/vllm/" in ev[2]:
             st.last_vllm_frame_pos = pos
             if _ARG_CHECK_FRAME_RE.search(ev[2]):
@@ -464,16 +476,19 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
     """Flag what only the raw line shows (clean_line removed it): an exception line that vLLM
     printed (its logger's format or process prefix), and whether a worker process did; a
-    "Supported tasks" line that is the API server's (logger ``api_server.py`` or an
-    ``(APIServer pid=..)`` prefix): that one is no in-process engine being ready (its HTTP
-    server is still to start)."""
+    frame that the engine's own error logger printed; a "Supported tasks" line that is the API
+    server's (logger ``api_server.py`` or an ``(APIServer pid=..)`` prefix): that one is no
+    in-process engine being ready (its HTTP server is still to start)."""
     raw = ""
     for i in range(start, len(events)):
         kind = events[i][1]
-        if kind != _EV_EXC and kind != _EV_INPROC_READY:
+        if kind != _EV_EXC and kind != _EV_INPROC_READY and kind != _EV_FRAME:
             continue
         raw = raw or scan[ls : scan.find("\n", ls)][:200]
-        if kind == _EV_EXC:
+        if kind == _EV_FRAME:
+            if "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw):
+                events[i] = (*events[i][:-1], True)
+        elif kind == _EV_EXC:
             vllm_exc = _VLLM_ORIGIN_RE.search(raw) is not None
             worker = _WORKER_ORIGIN_RE.search(raw) is not None
             events[i] = (*events[i][:-2], vllm_exc, worker)
