@@ -335,11 +335,12 @@ def _generic_unknown(
     if (
         main is not None
         and main is st.last_frame
-        and st.last_engine_log_frame_pos == main.pos
+        and st.last_engine_log_frame_pos > st.last_progress_pos
         and st.last_survived_frame_pos <= st.last_progress_pos
     ):
-        # the engine's own error logger printed this traceback (it prints the engine's fatal
-        # errors only): the engine died, though the excerpt ends before the exception
+        # the engine's own error logger printed a traceback (it prints the engine's fatal
+        # errors only; the API server's own traceback may follow it): the engine died, though
+        # the excerpt ends before the exception
         dead = (
             "engine_logger_traceback",
             "The engine's own error logger printed a traceback (it logs the engine's fatal "

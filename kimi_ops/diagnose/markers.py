@@ -361,13 +361,15 @@ _VLLM_ORIGIN_RE = re.compile(
     r"\[?[\w.\-/]+\.py:\d+\]"
     r"|\((?:EngineCore|VllmWorker|Worker_|APIServer|RayWorkerWrapper)[^()]*pid=\d+"
 )
-#: The engine process's own error logger (V1's EngineCore ``[core.py:N]``, V0's multiprocessing
-#: engine ``engine.py:N]``): it prints the engine's fatal errors ("EngineCore failed to start",
-#: "EngineCore encountered a fatal error", V0's run_mp_engine), so a traceback it printed is the
-#: engine dying even when the excerpt cuts the exception. Exceptions it survives: a failed
-#: utility call and one request's pre-processing (``_SURVIVED_FRAME_RE``).
+#: The engine process's own error logger (V1's EngineCore ``[core.py:N]``, in newer releases
+#: ``[v1/engine/core.py:N]``; V0's multiprocessing engine ``engine.py:N]``): it prints the
+#: engine's fatal errors ("EngineCore failed to start", "EngineCore encountered a fatal error",
+#: V0's run_mp_engine), so a traceback it printed is the engine dying even when the excerpt cuts
+#: the exception. Exceptions it survives: a failed utility call and one request's
+#: pre-processing (``_SURVIVED_FRAME_RE``).
 _ENGINE_LOGGER_RE = re.compile(
-    r"\bERROR \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?(?:core|engine)\.py:\d+\]"
+    r"\bERROR \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\[?(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine)\.py:\d+\]"
 )
 _SURVIVED_FRAME_RE = re.compile(r", in (?:_invoke_utility_method|preprocess_add_request)\b")
 #: A worker process's prefix (Ray's actor, vLLM's multiprocessing workers): an exception there
