@@ -23,6 +23,7 @@ MODULES = (
     "clean",
     "hints",
     "options",
+    "rules_kv",
     "rules_setup",
     "rules_device",
     "rules_runtime",
