@@ -335,3 +335,7 @@ def _option_alternation() -> str:
 
 #: A named option, with word boundaries on both sides (not part of a longer identifier).
 OPTION_NAME = r"(?<![\w-])(?:" + _option_alternation() + r")(?![\w-])"
+#: An engine option by its keyword name only (``max_num_seqs``): as Python names an argument.
+OPTION_KEYWORD = (
+    r"(?:" + "|".join(sorted(map(re.escape, ENGINE_OPTIONS), key=len, reverse=True)) + ")"
+)

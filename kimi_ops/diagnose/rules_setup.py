@@ -4,7 +4,7 @@ code, model)."""
 from __future__ import annotations
 
 from kimi_ops.diagnose.model import Rule, _rule
-from kimi_ops.diagnose.options import OPTION_NAME
+from kimi_ops.diagnose.options import OPTION_KEYWORD, OPTION_NAME
 from kimi_ops.diagnose.rules_kv import KV_DTYPE_RULES
 
 _ARGUMENT_RULES: tuple[Rule, ...] = (
@@ -161,9 +161,13 @@ _ARGUMENT_RULES: tuple[Rule, ...] = (
         ("unexpected keyword argument",),
         [
             r"(?P<where>(?:Async)?EngineArgs|LLM|\w*Config)(?:\.__init__)?\(\) got an unexpected "
-            r"keyword argument '(?P<bad_args>\w+)'"
+            r"keyword argument '(?P<bad_args>\w+)'",
+            # Python < 3.10 names no class: the argument is one of vLLM's options
+            r"^TypeError: __init__\(\) got an unexpected keyword argument '(?P<bad_args>"
+            + OPTION_KEYWORD
+            + ")'",
         ],
-        "This vLLM[[ ({vllm_version})]] has no option '{bad_args}' ({where} rejected it): it "
+        "This vLLM[[ ({vllm_version})]] has no option '{bad_args}'[[ ({where} rejected it)]]: it "
         "was renamed or removed, or is newer than this version. Fix the profile's extra_args"
         "[[ (now: {extra_args})]] or the engine arguments, or install the vLLM version they "
         "were written for.",
