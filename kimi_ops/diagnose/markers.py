@@ -314,7 +314,8 @@ _BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting 
 #: once its engine is initialised; it has no HTTP server to wait for. Its own words for that:
 #: ``llm.py``'s "Supported tasks" (V1, after the engine core is up) and Unsloth patching the
 #: model (after vLLM loaded it). They count only after "init engine ... took" (the scanner
-#: checks): Unsloth also talks while vLLM is still loading.
+#: checks): Unsloth also talks while vLLM is still loading, and then its engine is ready at
+#: "init engine ... took" itself.
 _INPROC_READY_RE = re.compile(r"^\s*(?:Supported[_ ]tasks: |Unsloth\b)")  # (a page indents)
 _INPROC_KEYWORDS: frozenset[str] = frozenset({"Supported_tasks", "Supported tasks", "Unsloth"})
 #: Request-log lines (and the offline example's "Prompt: .., Generated text: ..") quote user

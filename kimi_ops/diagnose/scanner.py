@@ -138,6 +138,7 @@ class _State:
         "last_worker_crash_pos",
         "last_engine_log_frame_pos",
         "last_survived_frame_pos",
+        "inproc_driver_pos",
         "tail",
         "tail_provisional",
     )
@@ -171,6 +172,7 @@ class _State:
         self.last_worker_crash_pos = -1  # an exception under a worker process's prefix
         self.last_engine_log_frame_pos = -1  # a frame the engine's own error logger printed
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
+        self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -342,6 +344,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.stage_text = text
         st.last_progress_pos = pos
         st.first_exc_since_progress = None
+        if stage == _ENGINE_INITIALIZED and st.inproc_driver_pos >= 0:
+            _apply(st, (pos, _EV_INPROC_READY, text, False))  # its driver spoke before
     elif kind == _EV_HEALTHY:
         frequent = ev[3]
         if frequent and any(_RULE_LABEL.get(name, "unknown") != "unknown" for name in st.hits):
@@ -421,6 +425,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         # (flagged: the API server's own "Supported tasks", see _mark_raw_facts)
         if ev[3]:
             return
+        if st.stage < _ENGINE_INITIALIZED and ev[2].lstrip().startswith("Unsloth"):
+            st.inproc_driver_pos = pos  # Unsloth talks while vLLM loads: ready at "init engine"
         recovered = st.last_crash_pos < 0 or st.last_crash_pos < st.last_progress_pos
         if st.stage >= _ENGINE_INITIALIZED and st.healthy_pos < 0 and not st.hits and recovered:
             _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False, False))
