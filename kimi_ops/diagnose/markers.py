@@ -378,6 +378,21 @@ _SURVIVED_FRAME_RE = re.compile(r", in (?:_invoke_utility_method|preprocess_add_
 _WORKER_ORIGIN_RE = re.compile(r"\((?:RayWorker\w*|VllmWorker\w*|Worker(?:_\w+)?)[ ][^()]*pid=\d+")
 #: A traceback frame: Python's, or IPython's (``File ~/x/vllm/worker.py:682, in load_model``).
 _FRAME_RE = re.compile(r'\s*File (?:"[^"]*", line \d+|[~/][^,]*\.py:\d+, in )')
+#: A frame in vLLM's own package: ``/vllm/`` then one of its top-level packages or modules
+#: (0.4 .. 0.3x). Not any path with a ``vllm`` folder in it: a venv named vllm
+#: (``/opt/vllm/lib/python3.12/...``) or another project's vllm adapter
+#: (``nemo_rl/models/generation/vllm/vllm_generation.py``) is not vLLM's code.
+_VLLM_CODE_RE = re.compile(
+    r"/vllm/(?:(?:v1|engine|entrypoints|model_executor|worker|executor|distributed|attention|"
+    r"compilation|core|device_allocator|inputs|lora|multimodal|platforms|plugins|"
+    r"transformers_utils|tokenizers|utils|spec_decode|prompt_adapter|adapter_commons|renderers|"
+    r"triton_utils|usage|profiler|logging_utils|reasoning|tool_parsers|parser|vllm_flash_attn|"
+    r"third_party|kernels|ray|tracing|assets|benchmarks|ir|snapshot|config|model_loader)/|"
+    r"(?:_custom_ops|_ipex_ops|_xpu_ops|_aiter_ops|envs|env_override|sequence|outputs|"
+    r"sampling_params|pooling_params|logger|forward_context|scalar_type|logits_process|"
+    r"logprobs|connections|tasks|exceptions|block|beam_search|scripts|version|config|utils|"
+    r"tracing|model_inspection|collect_env|test_utils)\.py\b)"
+)
 #: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:
 #: where an FP8 dtype failure happened tells whose FP8 it is (the KV cache's or the weights').
 _ATTN_FRAME_RE = re.compile(

@@ -122,12 +122,14 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Errno 48",
             "Errno 10048",
             "only one usage of each socket address",
+            "could not bind to address",
         ),
         [
             r"\[Errno (?:98|48|10048)\]",
             r"(?i:address already in use)",
             r"EADDRINUSE",
             r"only one usage of each socket address",
+            r"could not bind to address:? [\w.\-\[\]:]*?:(?P<port>\d+)",  # a Rust HTTP front end
         ],
         "Port[[ {port}]] is already in use on the host: an earlier vLLM (or another server) "
         "still holds it. Run `fab kill-stale` to stop stale servers[[ (`ss -ltnp "

@@ -44,6 +44,7 @@ from kimi_ops.diagnose.markers import (
     _SURVIVED_FRAME_RE,
     _TRACEBACK,
     _UP_SHUTDOWN_RE,
+    _VLLM_CODE_RE,
     _VLLM_ORIGIN_RE,
     _WORKER_ORIGIN_RE,
 )
@@ -441,7 +442,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.last_engine_log_frame_pos = pos
             if _SURVIVED_FRAME_RE.search(ev[2]):
                 st.last_survived_frame_pos = pos
-        if "/vllm/" in ev[2]:
+        if "/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2]):
             st.last_vllm_frame_pos = pos
             if _ARG_CHECK_FRAME_RE.search(ev[2]):
                 st.last_arg_check_pos = pos
