@@ -333,8 +333,8 @@ def _generic_unknown(
         values["what"] = _truncate(main.text.strip(), 300)
     dead: tuple[str, str, str] | None = None  # (signature, hint, summary)
     if (
-        main is not None
-        and main is st.last_frame
+        not candidates  # a traceback without its exception (nor an exit after it)
+        and main is not None
         and st.last_engine_log_frame_pos > st.last_progress_pos
         and st.last_survived_frame_pos <= st.last_progress_pos
     ):

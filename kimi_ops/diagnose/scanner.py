@@ -96,8 +96,8 @@ class _Line(NamedTuple):
 #   _EV_HEALTHY      (text, frequent)
 #   _EV_RULE         (rule name, text, groups)
 #   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker)
-#   _EV_HEADER, _EV_EXIT, _EV_SHUTDOWN  (text)
-#   _EV_FRAME        (text, engine_logged)
+#   _EV_EXIT, _EV_SHUTDOWN  (text)
+#   _EV_HEADER, _EV_FRAME  (text, engine_logged)
 #   _EV_INPROC_READY (text, api_server)
 # The flags after the text of an exception, a frame or an in-process-ready event are what only
 # the raw line shows (set by _mark_raw_facts); "frequent" marks a serving marker that
@@ -171,7 +171,7 @@ class _State:
         self.last_quant_code_pos = -1  # ... in vLLM's quantization code proper
         self.last_arg_check_pos = -1  # ... in the serve command's argument check
         self.last_worker_crash_pos = -1  # an exception under a worker process's prefix
-        self.last_engine_log_frame_pos = -1  # a frame the engine's own error logger printed
+        self.last_engine_log_frame_pos = -1  # a traceback line the engine's error logger printed
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
         self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
@@ -243,7 +243,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     if _EXC_RE.match(text):
         events.append((_EV_EXC, text, is_wrapper, False, False))
     elif _TRACEBACK in text:
-        events.append((_EV_HEADER, text))
+        events.append((_EV_HEADER, text, False))
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
     if exit_line or _NATIVE_FRAME_RE.match(text):  # ... or a crash handler's native backtrace
         events.append((_EV_EXIT, text))
@@ -400,6 +400,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_HEADER:
         st.last_header = _Line(pos, ev[2])
         st.last_crash_pos = st.last_signal_pos = pos
+        if ev[3]:
+            st.last_engine_log_frame_pos = pos
     elif kind == _EV_EXIT:
         st.last_exit = _Line(pos, ev[2])
         st.last_crash_pos = st.last_signal_pos = pos
@@ -483,16 +485,22 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
     """Flag what only the raw line shows (clean_line removed it): an exception line that vLLM
     printed (its logger's format or process prefix), and whether a worker process did; a
-    frame that the engine's own error logger printed; a "Supported tasks" line that is the API
-    server's (logger ``api_server.py`` or an ``(APIServer pid=..)`` prefix): that one is no
-    in-process engine being ready (its HTTP server is still to start)."""
+    traceback header or frame that the engine's own error logger printed; a "Supported
+    tasks" line that is the API server's (logger ``api_server.py`` or an ``(APIServer
+    pid=..)`` prefix): that one is no in-process engine being ready (its HTTP server is still
+    to start)."""
     raw = ""
     for i in range(start, len(events)):
         kind = events[i][1]
-        if kind != _EV_EXC and kind != _EV_INPROC_READY and kind != _EV_FRAME:
+        if (
+            kind != _EV_EXC
+            and kind != _EV_INPROC_READY
+            and kind != _EV_FRAME
+            and kind != _EV_HEADER
+        ):
             continue
         raw = raw or scan[ls : scan.find("\n", ls)][:200]
-        if kind == _EV_FRAME:
+        if kind in (_EV_FRAME, _EV_HEADER):
             if "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw):
                 events[i] = (*events[i][:-1], True)
         elif kind == _EV_EXC:
