@@ -124,6 +124,10 @@ def _without_consequences(
     """Drop the hits that are another failure's consequence, not a cause of their own."""
     if root is not None:  # an exception explains the engine's death: not a silent kill
         active = [(r, h) for r, h in active if r.name != "engine_vanished"]
+    if st.last_exc is not None and st.last_exc.pos > st.last_progress_pos:
+        # a worker's failure whose exception shows (after it, or another worker's before it):
+        # the exception decides
+        active = [(r, h) for r, h in active if r.name != "worker_method_failed"]
     first_exc = min((x.pos for x in (root, st.last_exc) if x is not None), default=-1)
     # SIGABRT is how a process ends on an uncaught C++ exception or a failed assert: after an
     # error line (a CUDA error, an exception) it is that error's consequence

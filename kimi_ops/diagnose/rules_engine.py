@@ -46,7 +46,6 @@ ENGINE_RULES: tuple[Rule, ...] = (
             "Engine loop has died",
             "is already dead",
             "Exception in worker",
-            "Error executing method",
             "Executor failed",
             "fatal signal from worker",
             "Error in model execution",
@@ -73,7 +72,6 @@ ENGINE_RULES: tuple[Rule, ...] = (
             r"(?:MQLLMEngine|AsyncLLMEngine) is already dead|AsyncLLM output_handler failed",
             r"RPCServer process died before responding|Engine iteration timed out",  # V0 0.4/0.5
             r"Exception in worker \S+ while processing method",
-            r"Error executing method",
             r"Executor failed",
             r"(?i:got fatal signal from worker processes)",
             r"Error in model execution",  # V0's MQLLMEngine, then it dies
@@ -93,6 +91,20 @@ ENGINE_RULES: tuple[Rule, ...] = (
         # a Ray actor of another framework, not vLLM's engine; Python's resource tracker
         # relaunching itself (a warning at exit)
         exclude=[r"[Aa]ctor died|resource_tracker: process died"],
+    ),
+    _rule(
+        "worker_method_failed",
+        "unknown",
+        3,
+        ("Error executing method",),
+        # V0's worker logs this, then its traceback, then the exception: that exception is the
+        # cause (the rule is dropped once one follows, see decide._without_consequences); a log
+        # cut before it shows a worker failing and nothing of why
+        [r"Error executing method '?(?P<method>\w+)'?"],
+        "A worker's {method} failed, and the log ends before the exception that says why: read "
+        "the lines after the worker's traceback in the full log (a worker's failure stops V0's "
+        "engine).",
+        "a worker's {method} failed (its exception is not in the log)",
     ),
     _rule(
         "engine_actor_died",
