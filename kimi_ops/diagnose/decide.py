@@ -118,6 +118,9 @@ def _abort_signal(groups: Mapping[str, str]) -> bool:
     )
 
 
+_SELF_KILL = "fatal signal from worker processes, shutting down"
+
+
 def _without_consequences(
     st: _State, active: list[tuple[Rule, _Hit]], root: _Line | None
 ) -> list[tuple[Rule, _Hit]]:
@@ -134,12 +137,17 @@ def _without_consequences(
     errors = [h.pos for r, h in active if r.label != "engine_killed"]
     floor = min([*errors, first_exc] if first_exc >= 0 else errors, default=-1)
 
+    # vLLM's V1 client kills its own process tree after "Got fatal signal from worker
+    # processes, shutting down" (the shell then prints "Killed")
+    self_kill = any(_SELF_KILL in line.lower() for line in st.tail)
+
     def consequence(r: Rule, h: _Hit) -> bool:
         if r.label != "engine_killed":
             return False
         # a worker ended by SIGTERM / SIGINT after an exception is the executor's teardown
-        # ("died unexpectedly (exit code: -15)")
-        if first_exc >= 0 and h.pos > first_exc and _stop_signal(h.groups):
+        # ("died unexpectedly (exit code: -15)"); any kill after an exception and that line is
+        # the client's own
+        if first_exc >= 0 and h.pos > first_exc and (_stop_signal(h.groups) or self_kill):
             return True
         return floor >= 0 and h.pos > floor and _abort_signal(h.groups)
 
