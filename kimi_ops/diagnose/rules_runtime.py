@@ -465,6 +465,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "models.registry",
             "Tried to instantiate",
             "object has no attribute",
+            "obsolete version of vllm",
         ),
         # a compiled extension built against another torch / CUDA than the one installed; vLLM
         # failing to import a model class in its inspection subprocess (an import error there)
@@ -476,13 +477,16 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # vLLM's compiled ops not registered with this torch (_C / _core_C did not load)
             r"Tried to instantiate class '_(?:core_)?C\.\w+', but it does not exist",
             # an op missing from vLLM's compiled library (a quantized op is the quantization's)
-            r"'_OpNamespace' '_C' object has no attribute '(?P<op>\w+)'",
+            r"'_OpNamespace' '_C(?:_cache_ops)?' object has no attribute '(?P<op>\w+)'",
+            # vLLM's own verdict when a compiled op is missing (_custom_ops, 0.4 .. 0.6)
+            r"Possibly you have built or installed an obsolete version of vllm",
         ],
         "A compiled library (vLLM's kernels, flash-attn, or another extension) does not match "
         "the installed PyTorch / CUDA (undefined symbol[[ {symbol}]]): the environment is "
         "broken, not the model or its settings. Reinstall vLLM and its extensions from one "
         "matching release (a fresh venv or the vLLM docker image), or uninstall the extension "
         "that was built for another torch.",
-        "broken install[[: undefined symbol {symbol}]][[: {arch} could not be imported]]",
+        "broken install[[: undefined symbol {symbol}]][[: {arch} could not be imported]]"
+        "[[: compiled op {op} missing]]",
     ),
 )
