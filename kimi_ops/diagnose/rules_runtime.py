@@ -205,9 +205,10 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
             # Intel's Level Zero / Unified Runtime (XPU): device memory exhausted
             r"\b(?:UR|ZE)_RESULT_ERROR_OUT_OF_DEVICE_MEMORY\b",
-            # JAX / XLA (TPU): device memory (HBM) exhausted at run or compile time
+            # JAX / XLA (TPU): device memory (HBM, or the core's VMEM) exhausted at run or
+            # compile time ("E1000: CompileTimeHbmOom", "E1001: CompileTimeScopedVmemOom")
             r"RESOURCE_EXHAUSTED: (?:Error allocating device buffer|\w+: \w*(?:Allocation"
-            r"Failure|HbmOom)|.*\b[Oo]ut of memory\b|.*\bAttempting to reserve \S+ at the bottom "
+            r"Failure|Oom\b)|.*\b[Oo]ut of memory\b|.*\bAttempting to reserve \S+ at the bottom "
             r"of memory)",
             # AWS Neuron's runtime could not allocate a tensor on the NeuronCore
             r"\bnrt_tensor_allocate\b.*Allocation Failure",
