@@ -483,6 +483,25 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "model architecture not supported[[: {arch}]]",
     ),
     _rule(
+        "triton_backend_failed",
+        "unknown",
+        3,
+        ("Failed to initialize Python stub", "failed to load '"),
+        # NVIDIA Triton's Python backend could not start the model (its vllm backend's
+        # model.py): an exception quoted on Triton's own log line; a cause another rule names
+        # in the same line (a vLLM refusal) outranks this
+        [
+            r"Failed to initialize Python stub: (?P<what>[\w.]+(?:Error|Exception)\b[^\\\"]*)",
+            r"failed to load '[\w\-]+' version \d+: \w+: (?P<what>[\w.]+(?:Error|Exception)\b"
+            r"[^\\\"]*)",
+        ],
+        "Triton's Python backend could not start the vLLM model: {what}. A TypeError or "
+        "AttributeError here usually means the backend's model.py and the installed vLLM do "
+        "not match (an API it calls changed): use the Triton vLLM image whose vLLM the backend "
+        "was written for, or pin vLLM to it.",
+        "Triton backend failed to start the model: {what}",
+    ),
+    _rule(
         "module_not_found",
         "unknown",
         3,
