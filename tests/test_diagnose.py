@@ -354,7 +354,7 @@ def test_destroy_process_group_warning_is_not_an_nccl_failure() -> None:
         "resources. For more info, please see https://pytorch.org/docs/stable/"
         "distributed.html#shutdown (function operator())\n"
     )
-    up = "INFO 01-01 00:00:00 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+    up = "INFO 01-01 00:00:00 [launcher.py:1] Route: /health, Methods: GET\n"
     assert diagnose(up + warn).label == "healthy"
     assert diagnose(warn).label == "starting"
     crash = "Traceback (most recent call last):\nKeyError: 'model.layers.0.weight'\n"

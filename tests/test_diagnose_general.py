@@ -7,6 +7,7 @@ problem; "Aborted request" is not a signal; Ray's intended exit is not a crash).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -401,12 +402,19 @@ def test_an_orchestrator_reporting_the_container_dead_is_a_failure_not_starting(
     assert diagnose(loading + line + "\n").label == "unknown"
 
 
-def test_an_engine_traceback_cut_before_its_exception_is_unknown() -> None:
-    """The traceback shows the engine failed; without its exception line the cause is unknown."""
+def test_a_traceback_cut_before_its_exception_is_unknown_unless_the_engine_logged_it() -> None:
+    """Without its exception line a traceback shows a failure but not its cause (unknown);
+    printed by the engine's own error logger (``[core.py:N]``), which logs only the engine's
+    fatal errors, it is the engine dying (engine_dead_other), cause still unknown."""
     name = "engine_dead_other__engine_traceback__exception_no_rule_knows.log"
     lines = (FIXTURES / name).read_text().splitlines(keepends=True)
     cut = "".join(ln for ln in lines if "ValueError" not in ln)
     d = diagnose(cut)
+    assert (d.label, d.lifecycle) == ("engine_dead_other", "failed"), d.summary
+    assert d.facts["signature"] == "engine_logger_traceback"
+    plain = re.sub(r"^\(EngineCore_0 pid=99\) ERROR \S+ \S+ \[core\.py:708\] ", "", cut, flags=re.M)
+    assert "core.py:708]" not in plain
+    d = diagnose(plain)
     assert (d.label, d.lifecycle) == ("unknown", "failed"), d.summary
     assert diagnose("".join(lines)).label == "engine_dead_other"
 

@@ -65,19 +65,23 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             "CUDA graphs can take additional",
         ),
     ),
-    _marker("engine_initialized", ("warmup model) took",)),
+    # the API server announcing its HTTP server comes before its routes: the engine is up,
+    # the server not yet
+    _marker(
+        "engine_initialized",
+        ("warmup model) took", "LLM API server", "LLM server on"),
+        r"warmup model\) took|Starting vLLM (?:API )?server",
+    ),
     _marker(
         "server_starting",
         (
-            "LLM API server",
-            "LLM server on",
             "Waiting for application startup",
             "Available routes",
             "Started server process",
             "Route: /",
         ),
-        r"Starting vLLM (?:API )?server|Waiting for application startup|Available routes are|"
-        r"Started server process|^Route: /\S*, Methods:",
+        r"Waiting for application startup|Available routes are|Started server process|"
+        r"^Route: /\S*, Methods:",
     ),
     _marker(
         "ready",
@@ -91,6 +95,8 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             "\"successfully loaded '",
             "Started HTTPService at",
             "Started GRPCInferenceService at",
+            # Unsloth's SyntheticDataKit, which runs `vllm serve` and waits for it
+            "vLLM Server Ready",
         ),
     ),
 )
@@ -482,6 +488,7 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Maximum concurrency",
     "Memory profiling",
     "Using ",
+    "Server Ready",  # a wrapper's own line once it saw vLLM up (Unsloth's SyntheticDataKit)
     "Dynamo bytecode",
     "Directly load the compiled",
     "Compiling a graph",
