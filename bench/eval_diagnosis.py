@@ -76,7 +76,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-o": ("883326c", "dccc5df"),
     "blind-p": ("04c5adb", "2199b67"),
     "blind-q": ("9db7c76", "52256d0"),
-    "blind-r": ("5bc70f3", None),
+    "blind-r": ("5bc70f3", "bf38130"),
 }
 
 
