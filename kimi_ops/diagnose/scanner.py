@@ -99,9 +99,9 @@ class _Line(NamedTuple):
 #   _EV_EXIT, _EV_SHUTDOWN  (text)
 #   _EV_HEADER, _EV_FRAME  (text, engine_logged)
 #   _EV_INPROC_READY (text, api_server)
-# The flags after the text of an exception, a frame or an in-process-ready event are what only
-# the raw line shows (set by _mark_raw_facts); "frequent" marks a serving marker that
-# _FREQ_HEALTHY's scan found.
+# The flags after the text of an exception, a traceback header or frame, or an in-process-ready
+# event are what only the raw line shows (set by _mark_raw_facts); "frequent" marks a serving
+# marker that _FREQ_HEALTHY's scan found.
 _EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
 _EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY = 7, 8, 9
 _ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
