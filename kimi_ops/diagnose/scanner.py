@@ -140,6 +140,7 @@ class _State:
         "last_engine_log_frame_pos",
         "last_survived_frame_pos",
         "inproc_driver_pos",
+        "api_server_pos",
         "tail",
         "tail_provisional",
     )
@@ -174,6 +175,7 @@ class _State:
         self.last_engine_log_frame_pos = -1  # a traceback line the engine's error logger printed
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
         self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
+        self.api_server_pos = -1  # vLLM's API server spoke: a server, not an in-process engine
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -344,6 +346,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.progress = progress
         st.stage_text = text
         st.last_progress_pos = pos
+        if "API server" in text:  # "vLLM API server version", "Starting vLLM API server on"
+            st.api_server_pos = pos
         st.first_exc_since_progress = None
         if stage == _ENGINE_INITIALIZED and st.inproc_driver_pos >= 0:
             _apply(st, (pos, _EV_INPROC_READY, text, False))  # its driver spoke before
@@ -426,7 +430,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_INPROC_READY:
         # an in-process engine past "init engine ... took", with no failure since: it is up
         # (flagged: the API server's own "Supported tasks", see _mark_raw_facts)
-        if ev[3]:
+        if ev[3] or st.api_server_pos >= 0:  # the API server's, or a server's log
             return
         if st.stage < _ENGINE_INITIALIZED and ev[2].lstrip().startswith("Unsloth"):
             st.inproc_driver_pos = pos  # Unsloth talks while vLLM loads: ready at "init engine"
