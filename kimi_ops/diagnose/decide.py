@@ -16,15 +16,22 @@ from kimi_ops.diagnose.hints import (
     _signal_hint,
     _version_at_least,
 )
-from kimi_ops.diagnose.markers import _ATTN_KERNEL_RE, _QUANT_KERNEL_RE
-from kimi_ops.diagnose.model import _STAGE_DESC, FAILURE_LABELS, STAGES, Diagnosis, Rule
+from kimi_ops.diagnose.markers import _ATTN_KERNEL_RE, _QUANT_KERNEL_RE, _VLLM_ORIGIN_RE
+from kimi_ops.diagnose.model import (
+    _HEALTHY_STAGE,
+    _STAGE_DESC,
+    FAILURE_LABELS,
+    STAGES,
+    Diagnosis,
+    Rule,
+)
 from kimi_ops.diagnose.rules import (
     _FP8_ARCH_KV_RULE,
     _NO_KERNEL_IMAGE_QUANT_RULE,
     _QUANT_DTYPE_CPU_RULE,
     RULES,
 )
-from kimi_ops.diagnose.scanner import _Hit, _Line, _State, _truncate
+from kimi_ops.diagnose.scanner import _ENGINE_INITIALIZED, _Hit, _Line, _State, _truncate
 
 
 def _context_values(context: Mapping[str, object]) -> dict[str, str]:
@@ -280,6 +287,12 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         engine = crashed_before_up and st.last_vllm_frame_pos > st.last_progress_pos
         return _generic_unknown(st, facts, ctx, stage, progress, root, engine=engine)
     values = {**ctx, **facts}
+    healthy_text = st.healthy_text
+    if not healthy and not active:
+        went_on = _caller_went_on(st)
+        if went_on is not None:  # an in-process engine, initialised, and its caller went on
+            healthy, healthy_text, facts["in_process"] = True, went_on, "true"
+            stage = STAGES[_HEALTHY_STAGE][0]
     if healthy:
         if shutdown is not None:
             facts["shutdown"] = "true"
@@ -296,7 +309,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             "(GET /health and /v1/models can succeed before the model answers).",
             values,
         )
-        evidence = (_truncate(st.healthy_text),) if st.healthy_text else ()
+        evidence = (_truncate(healthy_text),) if healthy_text else ()
         return Diagnosis("healthy", stage, progress, evidence, hint, summary, facts)
     desc = _STAGE_DESC.get(stage, "no startup stage seen yet") if stage else "no output yet"
     summary = f"starting: {desc}" + (f" ({progress})" if progress else "")
@@ -307,6 +320,39 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     )
     evidence = (_truncate(st.stage_text),) if st.stage_text else ()
     return Diagnosis("starting", stage, progress, evidence, hint, summary, facts)
+
+
+def _caller_went_on(st: _State) -> str | None:
+    """The line that shows an in-process engine's caller going on after the engine finished
+    initialising ("init engine ... took"), or None.
+
+    A log where vLLM's API server never spoke, whose engine is initialised with no failure, and
+    whose last lines after that hold output that is not vLLM's own (no vLLM logger format or
+    process prefix, no Python warning, no progress bar): the program that holds the engine (a
+    notebook, an RL trainer, a batch job) got it and went on, as a server's log never does
+    before its HTTP server starts."""
+    if st.stage != _ENGINE_INITIALIZED or st.api_server_pos >= 0 or st.last_crash_pos >= 0:
+        return None
+    lines = list(st.tail)
+    text = st.stage_text or ""
+    start = max((i for i, ln in enumerate(lines) if text and text in ln), default=-1)
+    for line in lines[start + 1 :]:
+        ln = line.strip()
+        if (
+            ln
+            and line[:1] not in " \t"
+            and not _VLLM_ORIGIN_RE.search(line)
+            and not _NOT_CALLER_RE.search(ln)
+        ):
+            return ln
+    return None
+
+
+#: Lines after engine init that are not its caller going on: warnings, progress bars, a
+#: traceback's parts, a shell prompt.
+_NOT_CALLER_RE = re.compile(
+    r"(?i:warn)|it/s\]|s/it\]|%\||Traceback|^File |^\$ |^#|^<frozen |^\[\.\.\. cut"
+)
 
 
 def _generic_unknown(
