@@ -199,7 +199,9 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     if any(r.label == "unknown" for r, _ in active):
         # a named environment cause (an unsupported architecture, no device) is what the
         # config check that raised it found: it outranks "a config check refused something"
-        active = [(r, h) for r, h in active if r.name != "config_refused"]
+        active = [
+            (r, h) for r, h in active if r.name not in ("config_refused", "error_names_option")
+        ]
     fp8_kv = _fp8_in_kv_cache(st, facts)
     if not fp8_kv:  # a dtype failure outside the KV cache: not a KV-dtype problem
         active = [(r, h) for r, h in active if r.name not in _KV_DTYPE_BY_CONTEXT]
