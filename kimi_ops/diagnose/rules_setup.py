@@ -344,6 +344,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "valid git identifier",
             "NotFound: no Models",
             "Cache directory not found",
+            "Max retries exceeded",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -375,6 +376,9 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"^(?:[\w.]+\.)?OfflineModeIsEnabled\b",
             r"^(?:[\w.]+\.)?HTTPError: 40[13] Client Error",
             r"^[\w.]*(?:Error|Exception)\b.*We couldn't connect to '?https://huggingface\.co",
+            # requests / urllib3 giving up on the Hub (a timeout, no route, a proxy)
+            r"^[\w.]*(?:ConnectTimeout|ConnectionError|ReadTimeout)\b.*host='(?:huggingface\.co|"
+            r"hf-mirror\.com|[\w.\-]*\.hf\.co|(?:www\.)?modelscope\.cn)'.*Max retries exceeded",
             # the Hub itself failing (503, 502...) while vLLM fetched the model's files / info
             r"\b5\d\d Server Error\b.*\bhttps://huggingface\.co/",
             r"No supported config format found in (?P<model>\S+)",
