@@ -97,6 +97,8 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             "Started GRPCInferenceService at",
             # Unsloth's SyntheticDataKit, which runs `vllm serve` and waits for it
             "vLLM Server Ready",
+            # the API server handling a request (its failure is that request's, see below)
+            "Error in preprocessing prompt inputs",
         ),
     ),
 )

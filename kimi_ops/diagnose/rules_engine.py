@@ -57,6 +57,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
             "died before responding",
             "output_handler failed",
             "Engine iteration timed out",
+            "Task finished unexpectedly",
         ),
         [
             r"Engine core initialization failed",
@@ -71,6 +72,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
             r"Engine loop has died",
             r"(?:MQLLMEngine|AsyncLLMEngine) is already dead|AsyncLLM output_handler failed",
             r"RPCServer process died before responding|Engine iteration timed out",  # V0 0.4/0.5
+            # V0's AsyncLLMEngine when its engine loop ended ("... This should never happen!")
+            r"Task finished unexpectedly\. This should never happen",
             r"Exception in worker \S+ while processing method",
             r"Executor failed",
             r"(?i:got fatal signal from worker processes)",
