@@ -101,7 +101,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
         3,
         ("Error executing method",),
         # V0's worker logs this, then its traceback, then the exception: that exception is the
-        # cause (the rule is dropped once one follows, see decide._without_consequences); a log
+        # cause (the rule is dropped once an exception shows, see _without_consequences); a log
         # cut before it shows a worker failing and nothing of why
         [r"Error executing method '?(?P<method>\w+)'?"],
         "A worker's {method} failed, and the log ends before the exception that says why: read "
