@@ -52,9 +52,11 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"Bfloat16 is only supported on GPUs with compute capability of at least "
             r"(?P<min_capability>\d+(?:\.\d+)?)",
             # a traceback through vLLM's dtype check (its message cut off): the check raises
-            # only this error. A frame in it, not a source line quoting the call (IPython
-            # prints the lines around the failing one)
+            # only this error. A frame in it, or the call as a traceback's source line (the
+            # deepest, when the excerpt cuts there), not IPython's numbered context lines
+            # around the failing one ("    168     _check_if_gpu_supports_dtype(...)")
             r", in _check_if_gpu_supports_dtype\b",
+            r"^\s*(?:-+>\s*\d+\s+)?_check_if_gpu_supports_dtype\(",
         ],
         "The GPU[[ {gpu}]][[ (compute capability {compute_capability})]] has no bfloat16 "
         "support[[ (needs >= {min_capability})]]: add `--dtype half` to the profile's "
