@@ -527,11 +527,16 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "python_module_missing",
         "unknown",
         3,
-        ("ModuleNotFoundError",),
+        ("ModuleNotFoundError", "Please install"),
         # the server (or a library it imports) imports a module its environment does not
         # have: a dependency missing, or one whose version moved the module (an install whose
         # packages do not match: "No module named 'compressed_tensors.compressors.pack_quantized'")
-        [r"^\s*(?:[\w.]+\.)?ModuleNotFoundError: No module named '(?P<module>[\w.]+)'"],
+        [
+            r"^\s*(?:[\w.]+\.)?ModuleNotFoundError: No module named '(?P<module>[\w.]+)'",
+            # vLLM's own words for an optional dependency it lacks ("Please install
+            # vllm[fastsafetensors] for fastsafetensors support")
+            r"^\s*(?:[\w.]+\.)?ImportError: Please install (?P<module>vllm\[[\w,\-]+\]|[\w\-.]+)",
+        ],
         "A Python module the server imports is missing: {module}. The environment is "
         "incomplete or holds versions that do not match vLLM's (a dependency upgraded or "
         "downgraded past the one vLLM was built against): install vLLM with its pinned "

@@ -90,8 +90,10 @@ KV_DTYPE_RULES: tuple[Rule, ...] = (
             # dtype: 'auto'")
             r"(?i:unknown|unsupported|invalid) (?:\w+ )?cache dtype:? "
             r"'?(?P<kv_cache_dtype>[\w\-]+)",
-            # DeepSeek sparse MLA's FP8 cache layout refusing the model's shape
-            r"(?i:must|not supported|invalid|error|failed).*\b(?P<kv_cache_dtype>fp8_ds_mla)\b",
+            # DeepSeek sparse MLA's FP8 cache layout refusing the model's shape (not a feature
+            # that requires it: "Tiered MoE requires kv_cache_dtype=fp8_ds_mla" asks for it)
+            r"(?i:must|not supported|invalid|error|failed).*\b(?<!kv_cache_dtype=)"
+            r"(?P<kv_cache_dtype>fp8_ds_mla)\b",
             # FlashAttention's own check: the queries are 16-bit, so the keys (the KV cache)
             # came in another dtype
             r"query and key must have the same dtype",

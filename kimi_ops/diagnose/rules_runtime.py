@@ -195,6 +195,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "CUBLAS_STATUS_ALLOC_FAILED",
             "cudaErrorMemoryAllocation",
             "RESOURCE_EXHAUSTED",
+            "PT_DEVMEM",
             "OUT_OF_DEVICE_MEMORY",
             "Allocation Failure",
             "Not enough space to allocate",
@@ -205,6 +206,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
             # Intel's Level Zero / Unified Runtime (XPU): device memory exhausted
             r"\b(?:UR|ZE)_RESULT_ERROR_OUT_OF_DEVICE_MEMORY\b",
+            # Intel Gaudi (HPU): the device-memory allocator failing
+            r"MODULE:PT_DEVMEM Allocation failed",
             # JAX / XLA (TPU): device memory (HBM, or the core's VMEM) exhausted at run or
             # compile time ("E1000: CompileTimeHbmOom", "E1001: CompileTimeScopedVmemOom")
             r"RESOURCE_EXHAUSTED: (?:Error allocating device buffer|\w+: \w*(?:Allocation"
