@@ -505,6 +505,24 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "Triton backend failed to start the model: {what}",
     ),
     _rule(
+        "host_thread_limit",
+        "unknown",
+        3,
+        ("ThreadPoolBuildError", "thread: Resource temporarily unavailable"),
+        # the host refused a new thread (EAGAIN: a ulimit -u / pids cgroup limit, or too many
+        # threads already): a tokenizer's rayon pool, Ray's C++ threads
+        [
+            r"ThreadPoolBuildError\b.*Resource temporarily unavailable",
+            r"\bthread: Resource temporarily unavailable\b",
+        ],
+        "The host refused to start a thread (Resource temporarily unavailable, EAGAIN): the "
+        "process or container hit its thread / process limit (ulimit -u, the pids cgroup "
+        "limit of docker or Kubernetes) or the host is out of them. Raise the limit (docker "
+        "--pids-limit, ulimit -u) or run fewer workers / tokenizer threads "
+        "(RAYON_NUM_THREADS, TOKENIZERS_PARALLELISM=false).",
+        "the host refused a new thread (thread / process limit)",
+    ),
+    _rule(
         "module_not_found",
         "unknown",
         3,
