@@ -221,8 +221,13 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "MoE backend",
             "does not support current device",
             "object has no attribute '",
+            "/quantization/",
         ),
         [
+            # a CUTLASS kernel of vLLM's quantized GEMMs failing inside (a block-scaled FP8 GEMM
+            # on an architecture it was not built or tuned for: "cutlass_gemm_caller, /.../csrc/
+            # .../quantization/w8a8/cutlass/c3x/cutlass_gemm_caller.cuh:62, Error Internal")
+            r"\b(?P<quant_op>cutlass\w*), \S*/csrc/\S*quantization/\S*\.cuh?:\d+, Error ",
             r"Failed to find a kernel that can implement the (?P<quantization>[\w\-]+) "
             r"(?:linear|MoE|moe)",
             r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
