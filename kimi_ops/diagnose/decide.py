@@ -338,6 +338,8 @@ def _caller_went_on(st: _State) -> str | None:
     lines = list(st.tail)
     text = st.stage_text or ""
     start = max((i for i, ln in enumerate(lines) if text and text in ln), default=-1)
+    if start < 0:  # the init line is not among the last lines (or reads otherwise there)
+        return None
     for line in lines[start + 1 :]:
         ln = line.strip()
         if (
