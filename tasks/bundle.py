@@ -28,6 +28,7 @@ MODULES = (
     "rules_device",
     "rules_runtime",
     "rules_engine",
+    "rules_host",
     "rules",
     "markers",
     "candidates",

@@ -22,6 +22,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "supported arch was not in",
             "not supported on .target",
             "No supported CUDA arch",
+            "hipErrorNoBinaryForGpu",
         ),
         [
             r"no kernel image is available\b",  # ("... for execution on the device")
@@ -36,6 +37,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             # FlashInfer's JIT: none of the CUDA archs it builds for is this GPU's
             r"No supported CUDA architectures? found for major versions? \[?(?P<major>[\d, ]+)",
             r"supported arch was not in the list of target arch",
+            # ROCm's runtime: no code object in the build for this GPU's gfx target
+            r"hipErrorNoBinaryForGpu|Unable to find code object for all current devices",
         ],
         "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "
         "install a build compiled for its compute capability (Blackwell sm_120 needs CUDA "
@@ -387,8 +390,10 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "driver version is insufficient",
             "driver on your system is too old",
             "Found no NVIDIA driver",
-            "No CUDA GPUs are available",
+            "GPUs are available",
             "forward compatibility was attempted",
+            "cudaGetDeviceCount",
+            "NVMLError_",
             "cudaErrorInsufficientDriver",
             "CUDA driver initialization failed",
             "unsupported toolchain",
@@ -398,8 +403,15 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"CUDA driver version is insufficient",
             r"NVIDIA driver on your system is too old",
             r"Found no NVIDIA driver",
-            r"No CUDA GPUs are available",
+            r"No (?:CUDA|HIP|XPU) GPUs are available",
             r"forward compatibility was attempted on non supported HW",
+            # torch asking the driver how many GPUs there are and getting an error (802: the
+            # fabric manager of an NVSwitch host not running; 999: the driver in a bad state)
+            # (torch's warning of the same words, and platform detection's debug lines, are no
+            # failure: on a CPU / NPU host they are expected)
+            r"^(?:[\w.]+\.)?RuntimeError: Unexpected error from cudaGetDeviceCount\(\)",
+            # no NVIDIA driver library (NVML) in the container / host, raised
+            r"^(?:[\w.]+\.)?NVMLError_(?:LibraryNotFound|DriverNotLoaded)\b",
             r"cudaErrorInsufficientDriver",
             r"CUDA driver initialization failed, you might not have a CUDA gpu",
             # the driver is older than the compiler that built the kernels' PTX

@@ -121,14 +121,16 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Errno 98",
             "Errno 48",
             "Errno 10048",
+            "WinError 10048",
             "only one usage of each socket address",
+            "Only one usage of each socket address",
             "could not bind to address",
         ),
         [
-            r"\[Errno (?:98|48|10048)\]",
+            r"\[(?:Errno|WinError) (?:98|48|10048)\]",
             r"(?i:address already in use)",
             r"EADDRINUSE",
-            r"only one usage of each socket address",
+            r"(?i:only one usage of each socket address)",
             r"could not bind to address:? [\w.\-\[\]:]*?:(?P<port>\d+)",  # a Rust HTTP front end
         ],
         "Port[[ {port}]] is already in use on the host: an earlier vLLM (or another server) "
@@ -281,6 +283,10 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "hccl api failed",
             "function error: Hccl",
             "Gloo connectFullMesh failed",
+            "gloo/transport/",
+            "client socket has timed out",
+            "waiting for clients",
+            "store based barrier",
             "custom_all_reduce.cu",
             "ncclCommWatchdog",
             "watchdog thread terminated",
@@ -300,6 +306,17 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"HCCL function error|DIST call hccl api failed|OPS function error: Hccl[A-Z]\w*",
             # torch.distributed's Gloo backend (CPU side of the same collectives)
             r"Gloo connectFullMesh failed",
+            # Gloo's TCP transport losing a peer ("[.../gloo/transport/tcp/pair.cc:534]
+            # Connection closed by peer [10.0.0.2]:29500", "Read error ..: Connection reset")
+            r"gloo/transport/\w+/\w+\.cc:\d+\] (?P<nccl_detail>(?:Connection|Read error|"
+            r"Write error|Timed out)[^\n]*)",
+            # torch.distributed's rendezvous: a rank never reached the store (another node not
+            # started, a firewall, a wrong master address) - torch's own words (TCPStore, c10d)
+            r"(?P<nccl_detail>The client socket has timed out after \S+ while trying to connect "
+            r"to \([^)]*\))",
+            r"(?P<nccl_detail>Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients "
+            r"joined)",
+            r"(?P<nccl_detail>Timed out initializing process group in store based barrier)",
             # Intel's oneCCL (XPU), NCCL's counterpart: "|CCL_ERROR| exchange_utils.cpp:202 .."
             r"\|CCL_ERROR\|",
             r"\boneCCL: \S+\.cpp:\d+",  # ... its error text ("oneCCL: ze_call.cpp:28 do_call: ..")

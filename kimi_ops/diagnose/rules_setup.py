@@ -320,6 +320,8 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "Repo id must",
             "RepositoryNotFoundError",
             "Repository Not Found",
+            "RevisionNotFoundError",
+            "Revision Not Found",
             "is not a local folder",
             "Client Error",
             "GatedRepoError",
@@ -353,6 +355,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"^(?:[\w.]+\.)?HFValidationError\b",
             r"Repo id must (?:be in the form|use alphanumeric)[^:]*(?::\s*'(?P<model>[^']+)')?",
             r"RepositoryNotFoundError|Repository Not Found for url",
+            r"RevisionNotFoundError|Revision Not Found for url",  # no such branch / tag / commit
             r"'?(?P<model>[^'\s]+?)'? is not a local folder (?:and is not a valid model "
             r"identifier|or a valid repository name)",
             # transformers' gated repo, missing revision, broken config.json, Hub unreachable

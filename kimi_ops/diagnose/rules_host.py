@@ -1,0 +1,68 @@
+"""Rules, part 5: the host's environment refused the server (a library, the disk, a limit).
+
+Each is ``unknown`` (no label of its own: the fix is on the host, not in vLLM's settings), but
+it names the cause and what to change. Every pattern is an exception line (the exception's
+type first): the same words in a warning or a debug line are no failure. The words are the
+C library's / CPython's / the dynamic loader's, the same under every vLLM version.
+"""
+
+from __future__ import annotations
+
+from kimi_ops.diagnose.model import Rule, _rule
+
+#: An exception line: its type (dotted or not) first, then its message.
+_EXC = r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b:?.*?"
+
+HOST_RULES: tuple[Rule, ...] = (
+    _rule(
+        "shared_library_missing",
+        "unknown",
+        3,
+        ("cannot open shared object file",),
+        # the dynamic loader found no such library: the CUDA runtime / driver library (libcuda,
+        # libcudart, libcudnn), libnuma for the CPU build... absent or not on the search path
+        [_EXC + r"\b(?P<library>[\w.+\-]+\.so(?:\.[\d.]+)?): cannot open shared object file"],
+        "A shared library the server loads is not on the host[[ ({library})]]: the dynamic "
+        "loader could not find it. Install the package that provides it (the CUDA runtime / "
+        "driver libraries for libcuda / libcudart / libcudnn, libnuma1 for libnuma), or put "
+        "its directory on LD_LIBRARY_PATH in the profile's env; the vLLM docker image has them.",
+        "shared library missing[[: {library}]]",
+    ),
+    _rule(
+        "disk_full",
+        "unknown",
+        3,
+        ("No space left on device",),
+        # a full disk (the Hugging Face cache, the compile caches, the log's own disk); a full
+        # /dev/shm is nccl_shm's (it ranks higher)
+        [_EXC + r"No space left on device(?:: '(?P<path>[^']+)')?"],
+        "A disk on the host is full (No space left on device[[: {path}]]): the model download, "
+        "the compile caches or the logs could not be written. Free space there (`df -h`; old "
+        "checkpoints in the Hugging Face cache, ~/.cache/vllm), or point HF_HOME / "
+        "VLLM_CACHE_ROOT in the profile's env to a disk with room.",
+        "disk full[[: {path}]]",
+    ),
+    _rule(
+        "read_only_filesystem",
+        "unknown",
+        3,
+        ("Read-only file system",),
+        [_EXC + r"\[Errno 30\] Read-only file system(?:: '(?P<path>[^']+)')?"],
+        "The server tried to write to a read-only file system[[ ({path})]]: a container whose "
+        "cache directory is mounted read-only, or a read-only home. Point HF_HOME / "
+        "VLLM_CACHE_ROOT / XDG_CACHE_HOME in the profile's env to a writable directory.",
+        "read-only file system[[: {path}]]",
+    ),
+    _rule(
+        "open_files_limit",
+        "unknown",
+        3,
+        ("Too many open files",),
+        # the process hit its open-file limit (ulimit -n): sockets, shared memory, shards
+        [_EXC + r"Too many open files"],
+        "The server hit its open-file limit (Too many open files): raise it for the process "
+        "(`ulimit -n 65536` in the launch script, docker --ulimit nofile=65536:65536, the "
+        "systemd unit's LimitNOFILE), then redeploy.",
+        "open-file limit reached (ulimit -n)",
+    ),
+)
