@@ -117,6 +117,25 @@ CASES = [
         "unknown",
         "gpu_driver_problem",
     ),
+    # vLLM 0.32's own refusals (read from its source in the CPU venv): the GPU generation a
+    # kernel needs, and an optional package the environment lacks
+    (
+        "ValueError: SparseMQAIndexer requires an SM100-class GPU and DeepGEMM >= 2.8.",
+        "unsupported_gpu",
+        "gpu_capability",
+    ),
+    (
+        "RuntimeError: FlashInfer KDA prefill requires CUDA SM100 or SM103, bfloat16 "
+        "activations and recurrent state, head_dim=128",
+        "unsupported_gpu",
+        "gpu_capability",
+    ),
+    (
+        "ImportError: tilelang is required for mhc but is not installed. Install it with `pip "
+        "install tilelang`.",
+        "unknown",
+        "package_not_installed",
+    ),
     # the host: the dynamic loader and the C library's errno texts
     (
         "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",

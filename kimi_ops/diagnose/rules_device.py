@@ -121,6 +121,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "current GPU",
             "requires sm",
             "requires SM",
+            "requires an SM",
+            "requires CUDA SM",
             "CUDA capability",
             "no longer supports this GPU",
             "too old to be supported",
@@ -159,7 +161,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"^[\w.]*(?:Error|Exception)\b.*(?i:compute capability\s+\S+\s+(?:is\s+)?not\s+"
             r"supported|unsupported (?:GPU|compute capability|CUDA arch)|not supported on "
             r"(?:GPUs? with (?:compute|CUDA) capability|this GPU|the current GPU)|requires "
-            r"(?:a GPU with )?(?:compute capability|CUDA capability|sm_?\d+|SM ?\d+))",
+            r"(?:an? )?(?:GPU with )?(?:CUDA )?(?:compute capability|CUDA capability|sm_?\d+|"
+            r"SM ?\d+))",
         ],
         "The GPU[[ {gpu}]][[ (compute capability {compute_capability})]] is not supported by "
         "this build or feature. Use a PyTorch/vLLM build compiled for this architecture "

@@ -29,6 +29,24 @@ HOST_RULES: tuple[Rule, ...] = (
         "shared library missing[[: {library}]]",
     ),
     _rule(
+        "package_not_installed",
+        "unknown",
+        3,
+        ("pip install", "lease install", "not installed", "to be installed"),
+        # an import that failed with install instructions: an optional dependency of a
+        # feature, a kernel library or a parser that this environment lacks (vLLM's own
+        # words in 0.4 .. 0.32: "tilelang is required for mhc but is not installed. Install
+        # it with `pip install tilelang`")
+        [
+            r"^(?:[\w.]+\.)?(?:ImportError|ModuleNotFoundError): (?P<what>.*?(?:\bpip install\b|"
+            r"[Pp]lease install\b|\bnot installed\b|\bto be installed\b).*?)\.?$"
+        ],
+        "A package the server needs is not installed: {what}. The environment lacks an "
+        "optional dependency of a feature, kernel or parser the profile uses: install it in the "
+        "profile's python (the version vLLM's requirements pin), or turn the feature off.",
+        "package not installed: {what}",
+    ),
+    _rule(
         "disk_full",
         "unknown",
         3,
