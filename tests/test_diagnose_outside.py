@@ -1,11 +1,11 @@
 """Words from outside the corpus: the libraries under vLLM say a cause the same way in every
 vLLM version, so each is read from their own text, not from a collected log.
 
-Sources: torch's C++ strings (``strings libtorch_cpu.so``: TCPStore, Gloo), torch's
-``distributed_c10d.py``, ROCm's HIP runtime, huggingface_hub's error classes, Windows' socket
-error 10048, the dynamic loader, and the C library's errno texts (28, 24, 30). Each message is
-read twice: as the exception that ends a V1 engine's traceback through vLLM's code, and as a
-bare line after startup began.
+Sources: the CUDA runtime's error strings, torch's C++ strings (``strings libtorch_cpu.so``:
+TCPStore, Gloo), torch's ``distributed_c10d.py``, ROCm's HIP runtime, huggingface_hub's error
+classes, Windows' socket error 10048, the dynamic loader, the C library's errno texts (28, 24,
+30), and vLLM 0.32's raise sites. Each message is read twice: as the exception that ends a V1
+engine's traceback through vLLM's code, and as a bare line after startup began.
 """
 
 from __future__ import annotations
@@ -116,6 +116,23 @@ CASES = [
         "pynvml.NVMLError_LibraryNotFound: NVML Shared Library Not Found",
         "unknown",
         "gpu_driver_problem",
+    ),
+    # the CUDA runtime's own strings (cudaGetErrorString) for a GPU that cannot be used
+    (
+        "RuntimeError: CUDA error: no CUDA-capable device is detected",
+        "unknown",
+        "gpu_driver_problem",
+    ),
+    (
+        "RuntimeError: CUDA error: system has unsupported display driver / cuda driver combination",
+        "unknown",
+        "gpu_driver_problem",
+    ),
+    ("RuntimeError: CUDA error: system not yet initialized", "unknown", "gpu_driver_problem"),
+    (
+        "RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable",
+        "unknown",
+        "device_busy",
     ),
     # vLLM 0.32's own refusals (read from its source in the CPU venv): the GPU generation a
     # kernel needs, and an optional package the environment lacks

@@ -401,6 +401,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "CUDA driver initialization failed",
             "unsupported toolchain",
             "cudaErrorUnsupportedPtxVersion",
+            "CUDA-capable device is detected",
+            "cuda driver combination",
+            "system not yet initialized",
         ),
         [
             r"CUDA driver version is insufficient",
@@ -419,6 +422,11 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"CUDA driver initialization failed, you might not have a CUDA gpu",
             # the driver is older than the compiler that built the kernels' PTX
             r"provided PTX was compiled with an unsupported toolchain",
+            # the CUDA runtime's own strings (cudaGetErrorString): no device, a driver whose
+            # kernel module and user library differ, a fabric manager not yet up (NVSwitch)
+            r"no CUDA-capable device is detected",
+            r"unsupported display driver / cuda driver combination",
+            r"CUDA error: system not yet initialized",
             r"cudaErrorUnsupportedPtxVersion",
         ],
         "The GPU is not usable from this process: the NVIDIA driver is missing or older than "
@@ -452,7 +460,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
         [
             r"(?:TPU|device) initialization failed: .*Device or resource busy",
             # cudaErrorDevicesUnavailable: another process holds a GPU in exclusive mode
-            r"CUDA-capable device\(s\) (?:is|are|is/are) busy or unavailable",
+            r"CUDA-capable devices? ?(?:\(s\) )?(?:is|are|is/are) busy or unavailable",
             r"Unable to initialize backend '\w+': .*(?:Device or resource busy|libtpu "
             r"(?:multi-process )?lockfile)",
         ],
