@@ -1,11 +1,12 @@
 """Words from outside the corpus: the libraries under vLLM say a cause the same way in every
 vLLM version, so each is read from their own text, not from a collected log.
 
-Sources: the CUDA runtime's error strings, torch's C++ strings (``strings libtorch_cpu.so``:
-TCPStore, Gloo), torch's ``distributed_c10d.py``, ROCm's HIP runtime, huggingface_hub's error
-classes, Windows' socket error 10048, the dynamic loader, the C library's errno texts (28, 24,
-30), and vLLM 0.32's raise sites. Each message is read twice: as the exception that ends a V1
-engine's traceback through vLLM's code, and as a bare line after startup began.
+Sources: the CUDA runtime's error strings, transformers' loading errors, torch's C++ strings
+(``strings libtorch_cpu.so``: TCPStore, Gloo), torch's ``distributed_c10d.py``, ROCm's HIP
+runtime, huggingface_hub's error classes, Windows' socket error 10048, the dynamic loader, the C
+library's errno texts (28, 24, 30), and vLLM 0.32's raise sites. Each message is read twice: as
+the exception that ends a V1 engine's traceback through vLLM's code, and as a bare line after
+startup began.
 """
 
 from __future__ import annotations
@@ -102,6 +103,32 @@ CASES = [
         "\nRevision Not Found for url: https://huggingface.co/api/models/org/m/revision/v2.",
         "model_not_found",
         "model_not_found",
+    ),
+    # transformers' words for model files that are not there, and the Hub's rate limit
+    (
+        "OSError: Can't load tokenizer for 'org/m'. If you were trying to load it from "
+        "'https://huggingface.co/models', make sure you don't have a local directory with the "
+        "same name.",
+        "model_not_found",
+        "model_not_found",
+    ),
+    (
+        "OSError: Error no file named pytorch_model.bin, model.safetensors, tf_model.h5, "
+        "model.ckpt.index or flax_model.msgpack found in directory /models/x.",
+        "model_not_found",
+        "model_not_found",
+    ),
+    (
+        "huggingface_hub.errors.HfHubHTTPError: 429 Client Error: Too Many Requests for url: "
+        "https://huggingface.co/api/models/org/m",
+        "model_not_found",
+        "model_not_found",
+    ),
+    (
+        "RuntimeError: Failed to import transformers.models.qwen2.modeling_qwen2 because of the "
+        "following error (look up to see its traceback):\nNo module named 'flash_attn'",
+        "unknown",
+        "package_not_installed",
     ),
     # no usable GPU: torch's and NVML's words
     ("RuntimeError: No HIP GPUs are available", "unknown", "gpu_driver_problem"),

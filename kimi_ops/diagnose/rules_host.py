@@ -32,19 +32,24 @@ HOST_RULES: tuple[Rule, ...] = (
         "package_not_installed",
         "unknown",
         3,
-        ("pip install", "lease install", "not installed", "to be installed"),
+        ("pip install", "lease install", "not installed", "to be installed", "following error"),
         # an import that failed with install instructions: an optional dependency of a
         # feature, a kernel library or a parser that this environment lacks (vLLM's own
         # words in 0.4 .. 0.32: "tilelang is required for mhc but is not installed. Install
         # it with `pip install tilelang`")
         [
             r"^(?:[\w.]+\.)?(?:ImportError|ModuleNotFoundError): (?P<what>.*?(?:\bpip install\b|"
-            r"[Pp]lease install\b|\bnot installed\b|\bto be installed\b).*?)\.?$"
+            r"[Pp]lease install\b|\bnot installed\b|\bto be installed\b).*?)\.?$",
+            # transformers' lazy import of a model's module failing (the reason follows on
+            # the next lines: a missing flash_attn, a broken extension)
+            r"^(?:[\w.]+\.)?RuntimeError: Failed to import (?P<what>[\w.]+) because of the "
+            r"following error",
         ],
-        "A package the server needs is not installed: {what}. The environment lacks an "
-        "optional dependency of a feature, kernel or parser the profile uses: install it in the "
-        "profile's python (the version vLLM's requirements pin), or turn the feature off.",
-        "package not installed: {what}",
+        "A package the server imports is missing or broken: {what}. The environment lacks an "
+        "optional dependency of a feature, kernel or parser the profile uses (the lines before "
+        "say which): install it in the profile's python (the version vLLM's requirements pin), "
+        "or turn the feature off.",
+        "package missing or broken: {what}",
     ),
     _rule(
         "disk_full",

@@ -347,6 +347,8 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "NotFound: no Models",
             "Cache directory not found",
             "Max retries exceeded",
+            "Can't load tokenizer for",
+            "Error no file named",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -366,7 +368,11 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"^(?:[\w.]+\.)?IncompleteSnapshotError\b",
             r"NotFound: no Models with name '(?P<model>[^']+)' found",  # BentoML's model store
             r"Cache directory not found: \S+ Please use `cache_dir`",  # huggingface_hub's cache
-            r"40[13] Client Error.*huggingface",
+            r"(?:40[13]|429) Client Error.*huggingface",  # (429: the Hub's rate limit)
+            # transformers: no tokenizer files / no weight file of any format at that path
+            r"Can't load tokenizer for '(?P<model>[^']+)'",
+            r"Error no file named [\w.]+(?:, [\w.]+)*,? or [\w.]+ found in directory "
+            r"(?P<model>\S+?)\.?$",
             r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
             r"40[134] Client Error.*modelscope\.cn/api/v1/models/",
             # ModelScope's hub: no such model / revision, or a private one without a token
