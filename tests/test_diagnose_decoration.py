@@ -39,6 +39,8 @@ HARD_WRAPPED = {
     "kv_cache_dtype_unsupported__f212_v1_gemma4_turboquant_backend_kv_dtype_rejected.log",
     "kv_cache_dtype_unsupported__a063_rdna3_fp8kv_prefix_caching_triton_v0.log",
     "engine_dead_other__g414_club3090_gemma4_perheadkv_page_size_notimpl.log",
+    # DeepGEMM's "Assertion error (file:line): reason" is one line; the paste wrapped it
+    "unsupported_gpu__u807_deepgemm_sm121_unsupported_arch.log",
 }
 
 

@@ -123,7 +123,8 @@ _SIGNAL_HINTS: dict[str, str] = {
         "/dev/shm` (docker: --ipc=host or a larger --shm-size), then redeploy."
     ),
     "SIGTERM": (
-        "[[{killed_proc}||A vLLM process]] was stopped by {signal} from outside while the rest "
+        "[[{killed_proc}||A vLLM process]] was stopped by {signal}[[ ({signal_note})]] from "
+        "outside while the rest "
         "kept running (an operator, a supervisor, systemd or Kubernetes): find who sent it "
         "(`journalctl`, `kubectl describe pod`) and redeploy with `fab deploy`."
     ),
@@ -145,6 +146,9 @@ def _signal_facts(facts: dict[str, str]) -> None:
         sig = _SIGNALS.get(int(facts["exitcode"]) - 128)
     if not sig and facts.get("shell_signal"):
         sig = _SHELL_SIGNALS.get(facts["shell_signal"])
+    if not sig and facts.get("slurm_cancel"):  # Slurm stops a cancelled job's tasks so
+        sig = "SIGTERM"
+        facts.setdefault("signal_note", "Slurm: " + facts["slurm_cancel"])
     if not sig and facts.get("hsa_fault"):  # the ROCm runtime aborts after a GPU fault
         sig = "SIGABRT"
         facts.setdefault("signal_note", facts["hsa_fault"])

@@ -212,6 +212,9 @@ _EXC_RE = re.compile(  # indented when pasted in a document or a chained traceba
     r"^\s*(?:[A-Za-z_]\w*\.)*(?:\w*(?:Error|Exception|Interrupt|Exit)|Error)(?:\([\w.]+\))?"
     r"(?::(?:\s.*)?)?$"
 )
+#: Ray's wrapper of a remote task's exception, "RayTaskError(RuntimeError): ray::Actor.method()
+#: (pid=..)": the remote traceback and then the exception itself follow it, so it is a header.
+_RAY_TASK_ERROR_RE = re.compile(r"RayTaskError\([\w.]+\): ray::")
 _EXIT_RE = re.compile(
     r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
     r"Failed to start (?:the )?(?:model )?server|\bvLLM (?:server )?failed to start\b|"
@@ -291,6 +294,7 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Sent SIGINT",
         "Shutdown initiated (timeout",  # V1 EngineCore's own orderly shutdown (0.1x)
         "Shutting down FastAPI",  # the HTTP launcher's stop on SIGINT / SIGTERM (0.4 .. 0.1x)
+        "CANCELLED AT",  # Slurm: "*** STEP 956247.1 ON node CANCELLED AT 2026-07-17T00:57:13 ***"
     }
 )
 #: vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task (an
@@ -313,6 +317,9 @@ _HTTP_SHUTDOWN_RE = re.compile(r"Waiting for application shutdown|Application sh
 _STOP_REQUEST_RE = re.compile(
     r"KeyboardInterrupt|^\^C|signal=SIG(?:TERM|INT)|(?:[Rr]eceived|Sen(?:t|ding)) SIG(?:TERM|INT)"
     rf"|{_FASTAPI_STOP}"
+    # Slurm cancelling the job or step (scancel, its time limit, preemption): it sends SIGTERM
+    # to the tasks; a node failure is no stop request
+    r"|\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?! DUE TO NODE FAILURE)"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.

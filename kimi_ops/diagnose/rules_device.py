@@ -23,6 +23,10 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "not supported on .target",
             "No supported CUDA arch",
             "hipErrorNoBinaryForGpu",
+            "kernel image is invalid",
+            "INVALID_IMAGE",
+            "InvalidKernelImage",
+            "does not support opType",
         ),
         [
             r"no kernel image is available\b",  # ("... for execution on the device")
@@ -37,8 +41,11 @@ DEVICE_RULES: tuple[Rule, ...] = (
             # FlashInfer's JIT: none of the CUDA archs it builds for is this GPU's
             r"No supported CUDA architectures? found for major versions? \[?(?P<major>[\d, ]+)",
             r"supported arch was not in the list of target arch",
-            # ROCm's runtime: no code object in the build for this GPU's gfx target
+            # ROCm: no code object for this GPU's gfx target; CUDA: a kernel image built for
+            # another GPU (Triton's loader, the driver API); Ascend: no op kernel for the SoC
             r"hipErrorNoBinaryForGpu|Unable to find code object for all current devices",
+            r"device kernel image is invalid|CUDA_ERROR_INVALID_IMAGE|cudaErrorInvalidKernelImage",
+            r"socVersion \[(?P<gpu>\w+)\] does not support opType \[\w+\]",
         ],
         "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "
         "install a build compiled for its compute capability (Blackwell sm_120 needs CUDA "
@@ -531,63 +538,5 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "not match (an API it calls changed): use the Triton vLLM image whose vLLM the backend "
         "was written for, or pin vLLM to it.",
         "Triton backend failed to start the model: {what}",
-    ),
-    _rule(
-        "host_thread_limit",
-        "unknown",
-        3,
-        ("ThreadPoolBuildError", "thread: Resource temporarily unavailable"),
-        # the host refused a new thread (EAGAIN: a ulimit -u / pids cgroup limit, or too many
-        # threads already): a tokenizer's rayon pool, Ray's C++ threads
-        [
-            r"ThreadPoolBuildError\b.*Resource temporarily unavailable",
-            r"\bthread: Resource temporarily unavailable\b",
-        ],
-        "The host refused to start a thread (Resource temporarily unavailable, EAGAIN): the "
-        "process or container hit its thread / process limit (ulimit -u, the pids cgroup "
-        "limit of docker or Kubernetes) or the host is out of them. Raise the limit (docker "
-        "--pids-limit, ulimit -u) or run fewer workers / tokenizer threads "
-        "(RAYON_NUM_THREADS, TOKENIZERS_PARALLELISM=false).",
-        "the host refused a new thread (thread / process limit)",
-    ),
-    _rule(
-        "module_not_found",
-        "unknown",
-        3,
-        ("Error while finding module specification", ": No module named "),
-        # `python -m X` whose module this python does not have (a renamed entry point, or vLLM
-        # not installed in that python): the interpreter exits before anything starts. Python
-        # says "python: No module named X" (the real CPU engine's venv, 3.11), or, when a
-        # parent package is missing, "Error while finding module specification for 'X'"
-        [
-            r"Error while finding module specification for '(?P<module>[\w.]+)'"
-            r"(?: \(ModuleNotFoundError: (?P<why>[^)]*)\))?",
-            r"^\S*python[\d.]*: No module named (?P<module>[\w.]+)$",
-        ],
-        "`python -m {module}` found no such module in this python[[ ({why})]]: check the entry "
-        "point's name for this vLLM version (vllm.entrypoints.openai.api_server, or `vllm "
-        "serve`) and that vLLM is installed in the profile's python.",
-        "no module {module} in this python",
-    ),
-    _rule(
-        "python_module_missing",
-        "unknown",
-        3,
-        ("ModuleNotFoundError", "Please install"),
-        # the server (or a library it imports) imports a module its environment does not
-        # have: a dependency missing, or one whose version moved the module (an install whose
-        # packages do not match: "No module named 'compressed_tensors.compressors.pack_quantized'")
-        [
-            r"^\s*(?:[\w.]+\.)?ModuleNotFoundError: No module named '(?P<module>[\w.]+)'",
-            # vLLM's own words for an optional dependency it lacks ("Please install
-            # vllm[fastsafetensors] for fastsafetensors support")
-            r"^\s*(?:[\w.]+\.)?ImportError: Please install (?P<module>vllm\[[\w,\-]+\]|[\w\-.]+)",
-        ],
-        "A Python module the server imports is missing: {module}. The environment is "
-        "incomplete or holds versions that do not match vLLM's (a dependency upgraded or "
-        "downgraded past the one vLLM was built against): install vLLM with its pinned "
-        "requirements in a clean venv or image, or install the package that provides "
-        "{module} at the version vLLM asks for.",
-        "Python module {module} missing",
     ),
 )

@@ -1,9 +1,10 @@
-"""Rules, part 5: the host's environment refused the server (a library, the disk, a limit).
+"""Rules, part 5: the host's environment refused the server (a thread or file limit, a missing
+module, package or shared library, a full or read-only disk).
 
 Each is ``unknown`` (no label of its own: the fix is on the host, not in vLLM's settings), but
-it names the cause and what to change. Every pattern is an exception line (the exception's
-type first): the same words in a warning or a debug line are no failure. The words are the
-C library's / CPython's / the dynamic loader's, the same under every vLLM version.
+it names the cause and what to change. The patterns are failure lines (mostly the exception's
+type first): the same words in a warning or a debug line are no failure. Most words are the C
+library's / CPython's / the dynamic loader's, the same under every vLLM version.
 """
 
 from __future__ import annotations
@@ -14,6 +15,64 @@ from kimi_ops.diagnose.model import Rule, _rule
 _EXC = r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b:?.*?"
 
 HOST_RULES: tuple[Rule, ...] = (
+    _rule(
+        "host_thread_limit",
+        "unknown",
+        3,
+        ("ThreadPoolBuildError", "thread: Resource temporarily unavailable"),
+        # the host refused a new thread (EAGAIN: a ulimit -u / pids cgroup limit, or too many
+        # threads already): a tokenizer's rayon pool, Ray's C++ threads
+        [
+            r"ThreadPoolBuildError\b.*Resource temporarily unavailable",
+            r"\bthread: Resource temporarily unavailable\b",
+        ],
+        "The host refused to start a thread (Resource temporarily unavailable, EAGAIN): the "
+        "process or container hit its thread / process limit (ulimit -u, the pids cgroup "
+        "limit of docker or Kubernetes) or the host is out of them. Raise the limit (docker "
+        "--pids-limit, ulimit -u) or run fewer workers / tokenizer threads "
+        "(RAYON_NUM_THREADS, TOKENIZERS_PARALLELISM=false).",
+        "the host refused a new thread (thread / process limit)",
+    ),
+    _rule(
+        "module_not_found",
+        "unknown",
+        3,
+        ("Error while finding module specification", ": No module named "),
+        # `python -m X` whose module this python does not have (a renamed entry point, or vLLM
+        # not installed in that python): the interpreter exits before anything starts. Python
+        # says "python: No module named X" (the real CPU engine's venv, 3.11), or, when a
+        # parent package is missing, "Error while finding module specification for 'X'"
+        [
+            r"Error while finding module specification for '(?P<module>[\w.]+)'"
+            r"(?: \(ModuleNotFoundError: (?P<why>[^)]*)\))?",
+            r"^\S*python[\d.]*: No module named (?P<module>[\w.]+)$",
+        ],
+        "`python -m {module}` found no such module in this python[[ ({why})]]: check the entry "
+        "point's name for this vLLM version (vllm.entrypoints.openai.api_server, or `vllm "
+        "serve`) and that vLLM is installed in the profile's python.",
+        "no module {module} in this python",
+    ),
+    _rule(
+        "python_module_missing",
+        "unknown",
+        3,
+        ("ModuleNotFoundError", "Please install"),
+        # the server (or a library it imports) imports a module its environment does not
+        # have: a dependency missing, or one whose version moved the module (an install whose
+        # packages do not match: "No module named 'compressed_tensors.compressors.pack_quantized'")
+        [
+            r"^\s*(?:[\w.]+\.)?ModuleNotFoundError: No module named '(?P<module>[\w.]+)'",
+            # vLLM's own words for an optional dependency it lacks ("Please install
+            # vllm[fastsafetensors] for fastsafetensors support")
+            r"^\s*(?:[\w.]+\.)?ImportError: Please install (?P<module>vllm\[[\w,\-]+\]|[\w\-.]+)",
+        ],
+        "A Python module the server imports is missing: {module}. The environment is "
+        "incomplete or holds versions that do not match vLLM's (a dependency upgraded or "
+        "downgraded past the one vLLM was built against): install vLLM with its pinned "
+        "requirements in a clean venv or image, or install the package that provides "
+        "{module} at the version vLLM asks for.",
+        "Python module {module} missing",
+    ),
     _rule(
         "shared_library_missing",
         "unknown",

@@ -203,6 +203,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Not enough space to allocate",
             "insufficient memory to allocate",
             "too large for the current device",
+            "EL0004",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
@@ -215,6 +216,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"RESOURCE_EXHAUSTED: (?:Error allocating device buffer|\w+: \w*(?:Allocation"
             r"Failure|Oom\b)|.*\b[Oo]ut of memory\b|.*\bAttempting to reserve \S+ at the bottom "
             r"of memory)",
+            # Ascend's runtime (CANN error code EL0004): device memory could not be allocated
+            r"(?:^|[(:\s])EL0004\)?: (?:\[PID: \d+\] \S+ )?Failed to allocate memory",
             # AWS Neuron's runtime could not allocate a tensor on the NeuronCore
             r"\bnrt_tensor_allocate\b.*Allocation Failure",
             # Tenstorrent's allocator (tt-metal): device DRAM / L1 exhausted
@@ -224,6 +227,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # torch's own OOM exception type, whatever vLLM wrapped its message in ("Error in
             # model execution ..."); Ray's OutOfMemoryError (host RAM) is not torch's
             r"\btorch\.(?:cuda\.)?OutOfMemoryError\b",
+            # IPython's traceback header names the exception by its class name only
+            r"^OutOfMemoryError\s+Traceback \(most recent call last\)",
             r"(?i:cuda failure \d* ?'out of memory')",
             r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
             # vLLM re-raising torch's OOM in its own words (0.11: "Failed to create unquantized
@@ -284,6 +289,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "function error: Hccl",
             "Gloo connectFullMesh failed",
             "gloo/transport/",
+            "HCCL(",
+            "HCCP(",
+            "EI0",
             "client socket has timed out",
             "waiting for clients",
             "store based barrier",
@@ -306,6 +314,14 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"HCCL function error|DIST call hccl api failed|OPS function error: Hccl[A-Z]\w*",
             # torch.distributed's Gloo backend (CPU side of the same collectives)
             r"Gloo connectFullMesh failed",
+            # Ascend's HCCL / HCCP logging a failed call in its own format ("[ERROR] HCCL(106335,
+            # python3):2026-05-21-21:41:12.783.481 [adapter_hccp.cc:1238] ... fail"; the level
+            # is a decoration, so the line must say it failed)
+            r"^HCC[LP]\(\d+,[^)]*\):\S+ \[[\w.]+:\d+\]\s*(?P<nccl_detail>.*?"
+            r"(?i:\bfail(?:ed|ure)?\b|\berror\b|\berrNo\b|\btime(?:d)? ?out\b).*)$",
+            # CANN's error codes of the HCCL family ("EI0006: ... Getting socket times out",
+            # "Communication_Error_Get_Socket(EI0006): ...")
+            r"(?:^|[(:\s])EI\d{4}\)?: (?P<nccl_detail>(?:\[PID: \d+\] \S+ )?.*)",
             # Gloo's TCP transport losing a peer ("[.../gloo/transport/tcp/pair.cc:534]
             # Connection closed by peer [10.0.0.2]:29500", "Read error ..: Connection reset")
             r"gloo/transport/\w+/\w+\.cc:\d+\] (?P<nccl_detail>(?:Connection|Read error|"
@@ -415,6 +431,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "killed due to memory pressure",
             "Ray killed this worker",
             "KeyboardInterrupt: terminated",
+            "CANCELLED AT",
             "ray-oom-prevention",
             "OutOfMemoryError",
         ),
@@ -456,6 +473,10 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"killed due to the node running low on memory)",
             # vLLM's SIGTERM handler: raise KeyboardInterrupt("terminated")
             r"^KeyboardInterrupt: (?P<shell_signal>terminated)$",
+            # Slurm cancelling the job or step before the server was up (scancel, the time
+            # limit): SIGTERM to the tasks, SIGKILL after its grace period
+            r"\*\*\* (?:JOB|STEP) \S+ ON \S+ (?P<slurm_cancel>CANCELLED AT \S+(?: DUE TO "
+            r"[A-Z ]+?)?) \*\*\*",
         ],
         "{signal_hint}",
         "[[{killed_proc}||a vLLM process]] {signal_verb} {signal}",

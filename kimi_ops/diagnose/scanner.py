@@ -34,6 +34,7 @@ from kimi_ops.diagnose.markers import (
     _PROGRESS_RE,
     _QUANT_CODE_RE,
     _QUANT_FRAME_RE,
+    _RAY_TASK_ERROR_RE,
     _RUN_START,
     _SHUTDOWN_KEYWORDS,
     _SIG_FACT,
@@ -242,9 +243,9 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
                 is_wrapper = True
     if joined:
         return tuple(events)
-    if _EXC_RE.match(text):
+    if _EXC_RE.match(text) and not _RAY_TASK_ERROR_RE.search(text):
         events.append((_EV_EXC, text, is_wrapper, False, False))
-    elif _TRACEBACK in text:
+    elif _TRACEBACK in text or _RAY_TASK_ERROR_RE.search(text):
         events.append((_EV_HEADER, text, False))
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
     if exit_line or _NATIVE_FRAME_RE.match(text):  # ... or a crash handler's native backtrace
