@@ -79,7 +79,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-r": ("5bc70f3", "bf38130"),
     "blind-s": ("9a0f984", "61cec4e"),
     "blind-t": ("a9e40fd", "e9e7f9d"),
-    "blind-u": ("e8d099d", None),
+    "blind-u": ("e8d099d", "e2c34eb"),
 }
 
 

@@ -243,9 +243,10 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
                 is_wrapper = True
     if joined:
         return tuple(events)
-    if _EXC_RE.match(text) and not _RAY_TASK_ERROR_RE.search(text):
+    ray_wrapper = "RayTaskError(" in text and _RAY_TASK_ERROR_RE.search(text) is not None
+    if not ray_wrapper and _EXC_RE.match(text):
         events.append((_EV_EXC, text, is_wrapper, False, False))
-    elif _TRACEBACK in text or _RAY_TASK_ERROR_RE.search(text):
+    elif ray_wrapper or _TRACEBACK in text:
         events.append((_EV_HEADER, text, False))
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
     if exit_line or _NATIVE_FRAME_RE.match(text):  # ... or a crash handler's native backtrace
