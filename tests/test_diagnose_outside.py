@@ -250,3 +250,52 @@ def test_the_real_engine_s_host_failures_say_what_to_change(
     assert d.label == "unknown" and d.failed, d.summary
     for word in words:
         assert word in d.hint, d.hint
+
+
+START = "INFO 01-01 00:00:00 [loader.py:1] Loading safetensors checkpoint shards: 10% 1/10\n"
+UP = (
+    "(APIServer pid=7) INFO:     Application startup complete.\n"
+    '(APIServer pid=7) INFO:     127.0.0.1:5 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+)
+J = "Dec 04 10:00:05 gpu-host systemd[1]: "  # journalctl's prefix of systemd's own lines
+STOP_UNIT = f"{J}Stopping vllm.service - vLLM server...\n{J}Stopped vllm.service - vLLM server.\n"
+BASH_TERM = "[1]+  Terminated              vllm serve org/m\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "label", "lifecycle", "signal"),
+    [
+        # systemd (the journal) and bash report a stop in their own words: after startup it is
+        # an operator's stop, before it a SIGTERM that ended the start
+        (UP + STOP_UNIT, "healthy", "stopped", None),
+        (STOP_UNIT, "engine_killed", "failed", "SIGTERM"),
+        (UP + BASH_TERM, "healthy", "stopped", None),
+        (BASH_TERM, "engine_killed", "failed", "SIGTERM"),
+        # systemd's account of the unit's main process: a signal, the OOM killer, a failure
+        (
+            f"{J}vllm.service: Main process exited, code=killed, status=9/KILL\n",
+            "engine_killed",
+            "failed",
+            "SIGKILL",
+        ),
+        (
+            f"{J}vllm.service: A process of this unit has been killed by the OOM killer.\n"
+            f"{J}vllm.service: Failed with result 'oom-kill'.\n",
+            "engine_killed",
+            "failed",
+            "SIGKILL",
+        ),
+        (
+            f"{J}vllm.service: Main process exited, code=exited, status=1/FAILURE\n"
+            f"{J}vllm.service: Failed with result 'exit-code'.\n",
+            "unknown",
+            "failed",
+            None,
+        ),
+    ],
+)
+def test_systemd_and_the_shell_say_how_the_server_ended(
+    text: str, label: str, lifecycle: str, signal: str | None
+) -> None:
+    d = diagnose(START + text)
+    assert (d.label, d.lifecycle, d.facts.get("signal")) == (label, lifecycle, signal), d.summary

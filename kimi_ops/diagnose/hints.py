@@ -100,6 +100,8 @@ _SHELL_SIGNALS: dict[str, str] = {
     "Segfault": "SIGSEGV",
     "Killed": "SIGKILL",
     "terminated": "SIGTERM",  # vLLM's SIGTERM handler: KeyboardInterrupt("terminated")
+    "Terminated": "SIGTERM",  # bash's job report
+    "Stopping": "SIGTERM",  # systemd stopping the unit
 }
 _SIGNAL_HINTS: dict[str, str] = {
     "SIGKILL": (

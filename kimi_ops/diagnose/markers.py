@@ -226,6 +226,7 @@ _EXIT_RE = re.compile(
     r"^Error response from daemon: |"  # the docker CLI: the container is gone or failed
     r"\bExited \([1-9]\d*\)|"
     r"Parent process exited, terminating worker|"  # the engine / API process is gone
+    r"\bMain process exited, code=exited, status=[1-9]|"  # systemd: the unit's server failed
     r"\.(?:cuh?|hh?|hpp|cpp|cc)\(\d+\): error: |"  # nvcc: a JIT kernel build failed
     # C++ ends the process on an uncaught exception (std::terminate; Ray's handler logs it
     # as "Unhandled exception: T. what(): ..."), and on a failed glog / Ray CHECK
@@ -251,6 +252,7 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "The actor",
         "terminated unexpectedly",
         "Worker exit type: ",
+        "Main process exited, code=exited",
         "): error: ",
         "Crashed container",
         "CrashLoopBackOff",
@@ -294,9 +296,11 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Sent SIGINT",
         "Shutdown initiated (timeout",  # V1 EngineCore's own orderly shutdown (0.1x)
         "Shutting down FastAPI",  # the HTTP launcher's stop on SIGINT / SIGTERM (0.4 .. 0.1x)
-        "CANCELLED AT",  # Slurm: "*** STEP 956247.1 ON node CANCELLED AT 2026-07-17T00:57:13 ***"
     }
 )
+#: Words of a stop that count only when the line is a stop request (``_STOP_REQUEST_RE``):
+#: Slurm's "CANCELLED AT", the journal's "Stopping vllm.service", bash's "[1]+  Terminated".
+_STOP_ONLY_KEYWORDS: frozenset[str] = frozenset({"CANCELLED AT", ".service", "  Terminated "})
 #: vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task (an
 #: engine death ends uvicorn without it): a stop request, by a server that was up.
 _FASTAPI_STOP = r"^Shutting down FastAPI HTTP server"
@@ -320,6 +324,10 @@ _STOP_REQUEST_RE = re.compile(
     # Slurm cancelling the job or step (scancel, its time limit, preemption): it sends SIGTERM
     # to the tasks; a node failure is no stop request
     r"|\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?! DUE TO NODE FAILURE)"
+    # systemd stopping the unit (systemctl stop / restart: SIGTERM to its processes), and
+    # bash reporting a job that SIGTERM ended
+    r"|^(?:Stopping|Stopped) \S+\.service\b"  # (the journal's "host systemd[1]: " is stripped)
+    r"|^\[\d+\][+-]? +Terminated +\S"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
@@ -570,6 +578,8 @@ _FIND_WORDS: tuple[str, ...] = (
     "^C",
     "Available routes",
     "Available memory: 0,",  # vllm-ascend: nothing left for the KV cache (an INFO line)
+    "systemd[",  # the journal's lines about the unit (stopped, killed, failed)
+    "  Terminated ",  # bash's job report of a SIGTERM
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API

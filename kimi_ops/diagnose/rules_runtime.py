@@ -432,6 +432,11 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Ray killed this worker",
             "KeyboardInterrupt: terminated",
             "CANCELLED AT",
+            "Main process exited, code=",
+            ".service",
+            "  Terminated ",
+            "oom-kill",
+            "OOM killer",
             "ray-oom-prevention",
             "OutOfMemoryError",
         ),
@@ -473,6 +478,13 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"killed due to the node running low on memory)",
             # vLLM's SIGTERM handler: raise KeyboardInterrupt("terminated")
             r"^KeyboardInterrupt: (?P<shell_signal>terminated)$",
+            # systemd's account of the unit's main process: killed by a signal, or the
+            # kernel's OOM killer
+            r"Main process exited, code=(?:killed|dumped), status=(?P<signum>\d+)/",
+            r"(?:Failed with result 'oom-kill'|has been killed by the OOM killer)",
+            # a stop before the server was up: systemd stopping the unit, bash's job report
+            r"^(?P<shell_signal>Stopping) \S+\.service\b",
+            r"^\[\d+\][+-]? +(?P<shell_signal>Terminated) +\S",
             # Slurm cancelling the job or step before the server was up (scancel, the time
             # limit): SIGTERM to the tasks, SIGKILL after its grace period
             r"\*\*\* (?:JOB|STEP) \S+ ON \S+ (?P<slurm_cancel>CANCELLED AT \S+(?: DUE TO "

@@ -41,6 +41,7 @@ from kimi_ops.diagnose.markers import (
     _SIG_STAGE,
     _SOURCE_LINE_RE,
     _STAGE_MARKERS,
+    _STOP_ONLY_KEYWORDS,
     _STOP_REQUEST_RE,
     _SURVIVED_FRAME_RE,
     _TRACEBACK,
@@ -251,7 +252,10 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
     if exit_line or _NATIVE_FRAME_RE.match(text):  # ... or a crash handler's native backtrace
         events.append((_EV_EXIT, text))
-    if present and not _SHUTDOWN_KEYWORDS.isdisjoint(present):
+    if present and (
+        not _SHUTDOWN_KEYWORDS.isdisjoint(present)
+        or (not _STOP_ONLY_KEYWORDS.isdisjoint(present) and _STOP_REQUEST_RE.search(text))
+    ):
         events.append((_EV_SHUTDOWN, text))
     if present and not _INPROC_KEYWORDS.isdisjoint(present) and _INPROC_READY_RE.search(text):
         events.append((_EV_INPROC_READY, text, False))
