@@ -23,7 +23,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
         (?:\|[ ]?)?                                          # ... "ts | " (log viewers)
       | \w{3,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
       | [│┃][ ]*                                              # k9s / kubectl box border
-      | \[pod/[\w.\-]+/[\w.\-]+\][ ]                          # kubectl logs --prefix
+      | \[pod/[\w.\-]+/[\w.\-]+\](?:[ ]|$)                    # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
       | \[rank\d+\]:[ ]?                                      # torch rank prefix
       | E[ ]{3,7}                                             # pytest's failure lines

@@ -142,11 +142,24 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(address: str = "127.0.0.1") -> int:
-    """A currently unused TCP port on `address` (racy by nature; start_sshd retries)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
+    """A currently unused TCP port on `address`, never one this process handed out before.
+
+    Racy by nature (start_sshd retries). Ports are unique across addresses: the kernel would
+    give 127.0.0.2 the port an sshd on 127.0.0.3 holds, and preflight's port check, which goes
+    by port number over every address, calls that port taken (a CI run failed on it).
+    """
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((address, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError(f"no fresh TCP port on {address} after 100 tries")
 
 
 def sshd_version() -> tuple[int, int]:
