@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from kimi_ops.diagnose.clean import clean_line
 from kimi_ops.diagnose.hints import (
     _KV_FIX_CPU,
     _KV_FIX_NEW,
@@ -341,10 +342,11 @@ def _caller_went_on(st: _State) -> str | None:
     if start < 0:  # the init line is not among the last lines (or reads otherwise there)
         return None
     for line in lines[start + 1 :]:
-        ln = line.strip()
+        bare = clean_line(line)  # (a container's prefix on an empty line is no output)
+        ln = bare.strip()
         if (
             ln
-            and line[:1] not in " \t"
+            and bare[:1] not in " \t"
             and not _VLLM_ORIGIN_RE.search(line)
             and not _NOT_CALLER_RE.search(ln)
         ):

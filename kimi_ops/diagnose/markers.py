@@ -300,7 +300,7 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
 )
 #: Words of a stop that count only when the line is a stop request (``_STOP_REQUEST_RE``):
 #: Slurm's "CANCELLED AT", the journal's "Stopping vllm.service", bash's "[1]+  Terminated".
-_STOP_ONLY_KEYWORDS: frozenset[str] = frozenset({"CANCELLED AT", ".service", "  Terminated "})
+_STOP_ONLY_KEYWORDS = frozenset({"CANCELLED AT", ".service", "  Terminated ", "exit code: -15"})
 #: vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task (an
 #: engine death ends uvicorn without it): a stop request, by a server that was up.
 _FASTAPI_STOP = r"^Shutting down FastAPI HTTP server"
@@ -327,7 +327,7 @@ _STOP_REQUEST_RE = re.compile(
     # systemd stopping the unit (systemctl stop / restart: SIGTERM to its processes), and
     # bash reporting a job that SIGTERM ended
     r"|^(?:Stopping|Stopped) \S+\.service\b"  # (the journal's "host systemd[1]: " is stripped)
-    r"|^\[\d+\][+-]? +Terminated +\S"
+    r"|^\[\d+\][+-]? +Terminated +\S|\bdied, exit code: -15\b"  # (V0: a worker SIGTERMed)
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
@@ -352,6 +352,7 @@ _ALL_KEYWORDS: tuple[str, ...] = tuple(
         | {k for keys, _ in _FACT_PATTERNS for k in keys}
         | _EXIT_KEYWORDS
         | _SHUTDOWN_KEYWORDS
+        | _STOP_ONLY_KEYWORDS
         | _INPROC_KEYWORDS
     )
 )
@@ -580,6 +581,7 @@ _FIND_WORDS: tuple[str, ...] = (
     "Available memory: 0,",  # vllm-ascend: nothing left for the KV cache (an INFO line)
     "systemd[",  # the journal's lines about the unit (stopped, killed, failed)
     "  Terminated ",  # bash's job report of a SIGTERM
+    "Python.h: No such",  # gcc, building a JIT helper without Python's headers
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API

@@ -130,6 +130,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "requires SM",
             "requires an SM",
             "requires CUDA SM",
+            "Unknown GPU architecture",
             "CUDA capability",
             "no longer supports this GPU",
             "too old to be supported",
@@ -165,6 +166,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"PyTorch no longer supports this GPU because it is too old",
             r"is not supported on CUDA arch",
             r"Value 'sm_(?P<sm>\d+a?)' is not defined for option 'gpu-name'",
+            # a kernel library's list of the GPUs it knows (ROCm's aiter: "gfx1101")
+            r"Unknown GPU architecture:? '?(?P<gpu>\w+)'?\.? Supported architectures",
             r"^[\w.]*(?:Error|Exception)\b.*(?i:compute capability\s+\S+\s+(?:is\s+)?not\s+"
             r"supported|unsupported (?:GPU|compute capability|CUDA arch)|not supported on "
             r"(?:GPUs? with (?:compute|CUDA) capability|this GPU|the current GPU)|requires "

@@ -111,6 +111,20 @@ HOST_RULES: tuple[Rule, ...] = (
         "package missing or broken: {what}",
     ),
     _rule(
+        "python_headers_missing",
+        "unknown",
+        3,
+        ("Python.h",),
+        # a JIT build (Triton's / inductor's C helper, a torch extension) needs the headers of
+        # this Python, which the host lacks
+        [r"fatal error: Python\.h: No such file or directory"],
+        "A kernel is compiled at startup (Triton / torch.compile build a C helper) and this "
+        "Python's headers are not on the host (Python.h): install the dev package of the "
+        "profile's Python (python3-dev / python3.X-dev, or the headers of a conda or pyenv "
+        "build), or use the vLLM docker image.",
+        "Python headers (Python.h) missing for a kernel build",
+    ),
+    _rule(
         "disk_full",
         "unknown",
         3,
@@ -146,5 +160,25 @@ HOST_RULES: tuple[Rule, ...] = (
         "(`ulimit -n 65536` in the launch script, docker --ulimit nofile=65536:65536, the "
         "systemd unit's LimitNOFILE), then redeploy.",
         "open-file limit reached (ulimit -n)",
+    ),
+    _rule(
+        "import_failed",
+        "unknown",
+        3,
+        ("ImportError",),
+        # any other import that failed: packages whose versions do not fit together ("Numba
+        # needs NumPy 2.2 or less"), a name moved between releases; not Python's own noise at
+        # exit ("sys.meta_path is None")
+        # (an undefined symbol, a missing library or package is a more specific rule's)
+        [
+            r"^(?:[\w.]+\.)?ImportError: (?!sys\.meta_path is None)"
+            r"(?!.*(?:undefined symbol|cannot open shared object|[Pp]lease install|pip install|"
+            r"not installed))(?P<what>.+)"
+        ],
+        "An import failed: {what}. The environment's packages do not fit together (versions "
+        "outside what vLLM pins, a package half upgraded): install vLLM with its pinned "
+        "requirements in a clean venv or image.",
+        "import failed: {what}",
+        weak=True,  # an optional import that failed and was survived is no failure
     ),
 )

@@ -291,6 +291,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "gloo/transport/",
             "HCCL(",
             "HCCP(",
+            "Connect: Connect to",
             "EI0",
             "client socket has timed out",
             "waiting for clients",
@@ -319,6 +320,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # is a decoration, so the line must say it failed)
             r"^HCC[LP]\(\d+,[^)]*\):\S+ \[[\w.]+:\d+\]\s*(?P<nccl_detail>.*?"
             r"(?i:\bfail(?:ed|ure)?\b|\berror\b|\berrNo\b|\btime(?:d)? ?out\b).*)$",
+            # NCCL's bootstrap socket failing to reach a peer (its own words, without "NCCL")
+            r"(?P<nccl_detail>socket(?:Start|Poll)Connect: Connect to \S+ (?:failed|returned)\b.*)",
             # CANN's error codes of the HCCL family ("EI0006: ... Getting socket times out",
             # "Communication_Error_Get_Socket(EI0006): ...")
             r"(?:^|[(:\s])EI\d{4}\)?: (?P<nccl_detail>(?:\[PID: \d+\] \S+ )?.*)",
@@ -432,6 +435,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Ray killed this worker",
             "KeyboardInterrupt: terminated",
             "CANCELLED AT",
+            "<Signals.",
             "Main process exited, code=",
             ".service",
             "  Terminated ",
@@ -478,6 +482,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"killed due to the node running low on memory)",
             # vLLM's SIGTERM handler: raise KeyboardInterrupt("terminated")
             r"^KeyboardInterrupt: (?P<shell_signal>terminated)$",
+            # Python's subprocess: a child (a compiler, a helper) killed by a signal
+            r"died with <Signals\.(?P<signame>SIG[A-Z]+): \d+>",
             # systemd's account of the unit's main process: killed by a signal, or the
             # kernel's OOM killer
             r"Main process exited, code=(?:killed|dumped), status=(?P<signum>\d+)/",
