@@ -56,3 +56,36 @@ def test_python_s_own_import_noise_at_exit_is_no_failure() -> None:
         START + up + "ImportError: sys.meta_path is None, Python is likely shutting down\n"
     )
     assert d.label == "healthy", d.summary
+
+
+OLD_V0_INIT = (
+    "INFO 04-07 18:08:07 llm_engine.py:87] Initializing an LLM engine with config: model='m'\n"
+    "INFO 04-07 18:08:31 llm_engine.py:357] # GPU blocks: 5485, # CPU blocks: 682\n"
+    "INFO 04-07 18:08:32 model_runner.py:684] Capturing the model for CUDA graphs.\n"
+    "INFO 04-07 18:08:38 model_runner.py:756] Graph capturing finished in 6 secs.\n"
+)
+
+
+def test_an_old_v0_engine_is_initialised_once_its_graphs_are_captured() -> None:
+    # vLLM before 0.6.4 printed no "init engine ... took": graph capture was its last step
+    d = diagnose(OLD_V0_INIT + "Warning: the run has no checkpoint to resume from.\n")
+    assert (d.label, d.facts.get("in_process")) == ("healthy", "true"), d.summary
+    # a Python warning after it is no sign of the caller: it may be the engine's own
+    d = diagnose(OLD_V0_INIT + "/x/y.py:9: UserWarning: something\n  warnings.warn(\n")
+    assert d.label == "starting", d.summary
+
+
+def test_a_worker_sigtermed_at_an_offline_run_s_end_is_a_stop() -> None:
+    died = (
+        "ERROR 12-28 14:30:53 multiproc_worker_utils.py:116] Worker VllmWorkerProcess pid 7 "
+        "died, exit code: -15\n"
+        "INFO 12-28 14:30:53 multiproc_worker_utils.py:120] Killing local vLLM worker processes\n"
+    )
+    results = "model              win_rate  n_total\nrun_a                 56.02      805\n"
+    d = diagnose(OLD_V0_INIT + results + died)
+    assert (d.label, d.lifecycle, d.facts.get("in_process")) == ("healthy", "stopped", "true")
+    # with no output of the caller before it, the SIGTERM ended a starting engine
+    assert diagnose(OLD_V0_INIT + died).label == "engine_killed"
+    # and a traceback before the stop is a failure, whatever ended the workers after it
+    crash = "Traceback (most recent call last):\n  File \"run.py\", line 3\nKeyError: 'x'\n"
+    assert diagnose(OLD_V0_INIT + results + crash + died).label != "healthy"

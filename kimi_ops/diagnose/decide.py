@@ -17,7 +17,12 @@ from kimi_ops.diagnose.hints import (
     _signal_hint,
     _version_at_least,
 )
-from kimi_ops.diagnose.markers import _ATTN_KERNEL_RE, _QUANT_KERNEL_RE, _VLLM_ORIGIN_RE
+from kimi_ops.diagnose.markers import (
+    _ATTN_KERNEL_RE,
+    _QUANT_KERNEL_RE,
+    _STOP_REQUEST_RE,
+    _VLLM_ORIGIN_RE,
+)
 from kimi_ops.diagnose.model import (
     _HEALTHY_STAGE,
     _STAGE_DESC,
@@ -183,6 +188,14 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     stage = _stage_name(st)
     progress = _progress(st)
     shutdown = st.shutdown_pos if st.shutdown_pos >= 0 else None
+    # an in-process engine whose caller went on, then stopped by a SIGTERM at its teardown (V0's
+    # workers "died, exit code: -15" when the program ends): up, then stopped
+    stopped_in_process = None
+    stop = st.stop_request_pos
+    if shutdown is None and st.healthy_pos < 0 and stop >= 0 and st.last_crash_pos in (-1, stop):
+        stopped_in_process = _caller_went_on(st, until_stop=True)
+        if stopped_in_process is not None:
+            shutdown = st.stop_request_pos
 
     active: list[tuple[Rule, _Hit]] = []
     for rule in RULES:
@@ -278,7 +291,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             facts=facts,
         )
 
-    healthy = st.healthy_pos >= 0
+    healthy = st.healthy_pos >= 0 or stopped_in_process is not None
     crashed_before_up = not healthy and st.last_crash_pos > st.last_progress_pos
     died_after_up = (
         healthy
@@ -291,6 +304,9 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         return _generic_unknown(st, facts, ctx, stage, progress, root, engine=engine)
     values = {**ctx, **facts}
     healthy_text = st.healthy_text
+    if stopped_in_process is not None:
+        healthy_text, facts["in_process"] = stopped_in_process, "true"
+        stage = STAGES[_HEALTHY_STAGE][0]
     if not healthy and not active:
         went_on = _caller_went_on(st)
         if went_on is not None:  # an in-process engine, initialised, and its caller went on
@@ -325,7 +341,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     return Diagnosis("starting", stage, progress, evidence, hint, summary, facts)
 
 
-def _caller_went_on(st: _State) -> str | None:
+def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
     """The line that shows an in-process engine's caller going on after the engine finished
     initialising ("init engine ... took"), or None.
 
@@ -333,31 +349,45 @@ def _caller_went_on(st: _State) -> str | None:
     whose last lines after that hold output that is not vLLM's own (no vLLM logger format or
     process prefix, no Python warning, no progress bar): the program that holds the engine (a
     notebook, an RL trainer, a batch job) got it and went on, as a server's log never does
-    before its HTTP server starts."""
-    if st.stage != _ENGINE_INITIALIZED or st.api_server_pos >= 0 or st.last_crash_pos >= 0:
+    before its HTTP server starts. With ``until_stop`` the log's one failure line is the stop
+    request that ends it: the caller's output must come before that line, and no traceback
+    between."""
+    crashed = st.last_crash_pos >= 0 and not until_stop
+    if st.stage != _ENGINE_INITIALIZED or st.api_server_pos >= 0 or crashed:
         return None
     lines = list(st.tail)
     text = st.stage_text or ""
     start = max((i for i, ln in enumerate(lines) if text and text in ln), default=-1)
     if start < 0:  # the init line is not among the last lines (or reads otherwise there)
         return None
+    went_on = None
     for line in lines[start + 1 :]:
         bare = clean_line(line)  # (a container's prefix on an empty line is no output)
         ln = bare.strip()
-        if (
+        if until_stop and (_TRACEBACK_START in ln or _STOP_REQUEST_RE.search(ln)):
+            return went_on if _TRACEBACK_START not in ln else None
+        if went_on is None and (
             ln
             and bare[:1] not in " \t"
             and not _VLLM_ORIGIN_RE.search(line)
             and not _NOT_CALLER_RE.search(ln)
         ):
-            return ln
+            if not until_stop:
+                return ln
+            went_on = ln
     return None
 
 
 #: Lines after engine init that are not its caller going on: warnings, progress bars, a
 #: traceback's parts, a shell prompt.
+_TRACEBACK_START = "Traceback (most recent"
+#: Lines that are no sign of the caller going on: Python's warnings (``x.py:1: UserWarning:``,
+#: ``warnings.warn(``) and logging's WARNING level (a library's, maybe vLLM's own), progress
+#: bars, tracebacks, shell prompts and comments; a program's own "Warning: ..." print is the
+#: caller's.
 _NOT_CALLER_RE = re.compile(
-    r"(?i:warn)|it/s\]|s/it\]|%\||Traceback|^File |^\$ |^#|^<frozen |^\[\.\.\. cut"
+    r"[a-z]Warning\b|warnings\.warn|\bWARN(?:ING)?\b|(?i:\[warn(?:ing)?\])|^\[W\d"
+    r"|it/s\]|s/it\]|%\||Traceback|^File |^\$ |^#|^<frozen |^\[\.\.\. cut"
 )
 
 

@@ -69,8 +69,8 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
     # the server not yet
     _marker(
         "engine_initialized",
-        ("warmup model) took", "LLM API server", "LLM server on"),
-        r"warmup model\) took|Starting vLLM (?:API )?server",
+        ("warmup model) took", "LLM API server", "LLM server on", "Graph capturing finished"),
+        r"warmup model\) took|Starting vLLM (?:API )?server|Graph capturing finished",
     ),
     _marker(
         "server_starting",
@@ -582,6 +582,7 @@ _FIND_WORDS: tuple[str, ...] = (
     "systemd[",  # the journal's lines about the unit (stopped, killed, failed)
     "  Terminated ",  # bash's job report of a SIGTERM
     "Python.h: No such",  # gcc, building a JIT helper without Python's headers
+    "Graph capturing",  # V0 before 0.6.4's last init step (it printed no "init engine ... took")
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
