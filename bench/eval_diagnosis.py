@@ -80,7 +80,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-s": ("9a0f984", "61cec4e"),
     "blind-t": ("a9e40fd", "e9e7f9d"),
     "blind-u": ("e8d099d", "e2c34eb"),
-    "blind-v": ("e85c47d", None),
+    "blind-v": ("e85c47d", "e3924e5"),
 }
 
 
