@@ -70,9 +70,12 @@ def test_an_old_v0_engine_is_initialised_once_its_graphs_are_captured() -> None:
     # vLLM before 0.6.4 printed no "init engine ... took": graph capture was its last step
     d = diagnose(OLD_V0_INIT + "Warning: the run has no checkpoint to resume from.\n")
     assert (d.label, d.facts.get("in_process")) == ("healthy", "true"), d.summary
-    # a Python warning after it is no sign of the caller: it may be the engine's own
-    d = diagnose(OLD_V0_INIT + "/x/y.py:9: UserWarning: something\n  warnings.warn(\n")
+    # in an excerpt cut after the engine's first line, a Python warning after it is no sign of
+    # the caller: it may be the engine's own
+    cut = OLD_V0_INIT.split("\n", 1)[1]
+    d = diagnose(cut + "/x/y.py:9: UserWarning: something\n  warnings.warn(\n")
     assert d.label == "starting", d.summary
+    assert diagnose(cut + "Warning: the run has no checkpoint.\n").label == "healthy"
 
 
 def test_a_worker_sigtermed_at_an_offline_run_s_end_is_a_stop() -> None:
@@ -89,3 +92,18 @@ def test_a_worker_sigtermed_at_an_offline_run_s_end_is_a_stop() -> None:
     # and a traceback before the stop is a failure, whatever ended the workers after it
     crash = "Traceback (most recent call last):\n  File \"run.py\", line 3\nKeyError: 'x'\n"
     assert diagnose(OLD_V0_INIT + results + crash + died).label != "healthy"
+
+
+def test_an_engine_s_whole_life_with_no_api_server_is_an_in_process_engine_up() -> None:
+    # from the engine's own first line to its last init step, nothing failed and no API server
+    # spoke: an in-process engine (it has no HTTP server to wait for)
+    d = diagnose(OLD_V0_INIT)
+    assert (d.label, d.facts.get("in_process")) == ("healthy", "true"), d.summary
+    # a server at the same point is still starting: its API server spoke first ...
+    api = "INFO 04-07 18:08:01 api_server.py:149] vLLM API server version 0.4.0\n"
+    assert diagnose(api + OLD_V0_INIT).label == "starting"
+    # ... or only its process prefix says whose line it was
+    own = "(APIServer pid=1) INFO 04-07 18:08:01 [utils.py:326] non-default args: {'x': 1}\n"
+    assert diagnose(own + OLD_V0_INIT).label == "starting"
+    # and an excerpt cut after the engine's first line shows no whole life
+    assert diagnose(OLD_V0_INIT.split("\n", 1)[1]).label == "starting"

@@ -375,6 +375,11 @@ def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
             if not until_stop:
                 return ln
             went_on = ln
+    if not until_stop and st.engine_start_pos >= 0:
+        # the whole life of an engine that no API server ran, from its own first line to its
+        # last init line, and nothing failed: an in-process engine is up (it has no HTTP
+        # server to wait for)
+        return text
     return None
 
 

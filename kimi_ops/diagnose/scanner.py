@@ -94,7 +94,7 @@ class _Line(NamedTuple):
 
 # Event kinds; on one line they apply in this order. An event is a tuple (pos, kind, ...):
 #   _EV_FACT         (groups)
-#   _EV_STAGE        (stage, progress, text, run_start, frequent)
+#   _EV_STAGE        (stage, progress, text, run_start, frequent[, api_server])
 #   _EV_HEALTHY      (text, frequent)
 #   _EV_RULE         (rule name, text, groups)
 #   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker)
@@ -107,6 +107,7 @@ class _Line(NamedTuple):
 _EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
 _EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY = 7, 8, 9
 _ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
+_INITIALIZING_ENGINE = _STAGE_INDEX["initializing_engine"]
 
 
 class _State:
@@ -143,6 +144,7 @@ class _State:
         "last_survived_frame_pos",
         "inproc_driver_pos",
         "api_server_pos",
+        "engine_start_pos",
         "tail",
         "tail_provisional",
     )
@@ -178,6 +180,7 @@ class _State:
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
         self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
         self.api_server_pos = -1  # vLLM's API server spoke: a server, not an in-process engine
+        self.engine_start_pos = -1  # the engine's own first line ("Initializing ... LLM engine")
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
 
@@ -352,8 +355,10 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.progress = progress
         st.stage_text = text
         st.last_progress_pos = pos
-        if "API server" in text:  # "vLLM API server version", "Starting vLLM API server on"
-            st.api_server_pos = pos
+        if "API server" in text or len(ev) > 7:  # "vLLM API server version", "Starting vLLM
+            st.api_server_pos = pos  # API server on", a line of the API server's own before
+        elif stage == _INITIALIZING_ENGINE:
+            st.engine_start_pos = pos
         st.first_exc_since_progress = None
         if stage == _ENGINE_INITIALIZED and st.inproc_driver_pos >= 0:
             _apply(st, (pos, _EV_INPROC_READY, text, False))  # its driver spoke before
@@ -502,6 +507,11 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
     raw = ""
     for i in range(start, len(events)):
         kind = events[i][1]
+        if kind == _EV_STAGE and events[i][2] <= _INITIALIZING_ENGINE:
+            raw = raw or scan[ls : scan.find("\n", ls)][:200]
+            if "APIServer" in raw or "api_server" in raw:  # the API server's "non-default args"
+                events[i] = (*events[i], True)
+            continue
         if (
             kind != _EV_EXC
             and kind != _EV_INPROC_READY
