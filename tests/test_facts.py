@@ -30,6 +30,7 @@ from kimi_ops.facts import (
     parse_df,
     parse_gathered,
     parse_gpus,
+    parse_listen_addresses,
     parse_logind_remove_ipc,
     parse_model_listing,
     parse_proc_net_tcp,
@@ -210,6 +211,46 @@ def test_parse_proc_net_tcp_listeners() -> None:
     assert parse_proc_net_tcp("") == set()
 
 
+def test_listen_addresses_agree_between_proc_and_ss() -> None:
+    proc = fixture("proc_net_tcp_listener.txt") + fixture("proc_net_tcp6_listener.txt")
+    want = {18000: {"127.0.0.1"}, 2024: {"0.0.0.0"}, 18001: {"::1"}}
+    assert parse_listen_addresses(proc) == want  # (connected sockets are no listeners)
+    assert parse_listen_addresses(fixture("ss_hltnp_listener.txt")) == want
+    ss = (
+        "State Recv-Q Send-Q Local Address:Port Peer Address:Port Process\n"
+        "LISTEN 0 4096 *:9090 *:*\n"
+        "LISTEN 0 4096 127.0.0.53%lo:53 0.0.0.0:*\n"
+        "LISTEN 0 4096 [::ffff:127.0.0.3]:8000 [::]:*\n"
+    )
+    assert parse_listen_addresses(ss) == {
+        9090: {"*"},
+        53: {"127.0.0.53"},
+        8000: {"::ffff:127.0.0.3"},
+    }
+
+
+@pytest.mark.skipif(not shutil.which("ss"), reason="no ss on this machine")
+def test_listen_addresses_of_this_machine_agree_between_its_kernel_and_ss() -> None:
+    """The hex of the real /proc/net/tcp(6) reads as the addresses the real ss prints."""
+
+    def read() -> tuple[dict[int, set[str]], dict[int, set[str]]]:
+        proc = "".join(
+            Path(p).read_text() for p in ("/proc/net/tcp", "/proc/net/tcp6") if Path(p).exists()
+        )
+        ss = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True, check=True).stdout
+        by_ss = {
+            port: {"::" if a == "*" else a for a in addrs}  # ss shows a dual-stack [::] as *
+            for port, addrs in parse_listen_addresses(ss).items()
+        }
+        return parse_listen_addresses(proc), by_ss
+
+    for _ in range(5):  # listeners come and go on a shared machine: agree on one reading
+        by_proc, by_ss = read()
+        if by_proc == by_ss:
+            break
+    assert by_proc == by_ss and by_proc
+
+
 def test_parse_ss_listen() -> None:
     text = fixture("ss_hltnp_listener.txt")
     assert parse_ss_listen(text) == {18000: [4505], 2024: [], 18001: [4505]}
@@ -364,7 +405,7 @@ def test_gather_command_recovers_the_facts(host: dict, shell: str) -> None:
     assert got.model_files["model-00001-of-00003.safetensors"] == 4096
     assert "model-00003-of-00003.safetensors" not in got.model_files
     assert got.backups == frozenset() and got.config_json_orig is None
-    assert got.listening_ports is not None
+    assert got.listening_ports is not None and got.listening_addresses is not None
     assert got.run_dir_probe == str(run_dir) and got.run_dir_disk is not None
     assert got.shm_disk is not None and got.shm_disk.path == "/dev/shm"
     assert got.pidfile_pid == 4242

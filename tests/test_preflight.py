@@ -19,6 +19,7 @@ from kimi_ops.preflight import (
     preflight_report,
     run_checks,
 )
+from kimi_ops.preflight.host import binds_clash
 from kimi_ops.profile import load_profile
 
 FIXTURES = Path(__file__).parent / "fixtures" / "facts"
@@ -295,6 +296,34 @@ def test_busy_port_fails_naming_port_and_holder() -> None:
     check = by_name(run_checks(profile(port=18000), make_facts()), "port")
     assert check.status == "fail"
     assert "port 18000" in check.detail and "pid 4505 (python3)" in check.detail
+
+
+@pytest.mark.parametrize(
+    ("bind", "held", "clash"),
+    [
+        ("0.0.0.0", "127.0.0.3", True),  # a server on every address needs the port on each
+        ("127.0.0.2", "0.0.0.0", True),
+        ("127.0.0.2", "::", True),  # Linux's [::] listener is dual-stack
+        ("127.0.0.2", "*", True),
+        ("127.0.0.2", "127.0.0.3", False),
+        ("127.0.0.2", "127.0.0.2", True),
+        ("127.0.0.2", "::ffff:127.0.0.2", True),
+        ("::1", "127.0.0.1", False),
+        ("gpu-host", "127.0.0.3", True),  # a host name cannot be told apart
+    ],
+)
+def test_binds_clash(bind: str, held: str, clash: bool) -> None:
+    assert binds_clash(bind, held) is clash
+
+
+def test_port_held_on_another_address_only_is_free_for_a_specific_bind() -> None:
+    # 18000 is held on 127.0.0.1 (pid 4505); 2024 on 0.0.0.0 (a CI run failed on this check
+    # going by port number alone: an sshd on 127.0.0.3 held the port the engine bound on .2)
+    check = by_name(run_checks(profile(port=18000, host="127.0.0.2"), make_facts()), "port")
+    assert check.status == "pass" and "free on 127.0.0.2 (held on 127.0.0.1 only)" in check.detail
+    for bind, port in (("127.0.0.1", 18000), ("0.0.0.0", 18000), ("127.0.0.2", 2024)):
+        check = by_name(run_checks(profile(port=port, host=bind), make_facts()), "port")
+        assert check.status == "fail", (bind, port, check.detail)
 
 
 def test_port_held_by_own_server_warns() -> None:

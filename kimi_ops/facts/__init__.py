@@ -51,7 +51,12 @@ from .model import (
     shards_from_index,
 )
 from .paths import sh_quote
-from .ports import parse_proc_net_tcp, parse_ss_listen, parse_ss_listen_processes
+from .ports import (
+    parse_listen_addresses,
+    parse_proc_net_tcp,
+    parse_ss_listen,
+    parse_ss_listen_processes,
+)
 from .system import parse_logind_remove_ipc, parse_pidfile
 from .vllm import VLLM_VERSION_SCRIPT, parse_vllm_dists, parse_vllm_version
 
@@ -85,6 +90,7 @@ __all__ = [
     "parse_logind_remove_ipc",
     "parse_model_listing",
     "parse_pidfile",
+    "parse_listen_addresses",
     "parse_proc_net_tcp",
     "parse_ss_listen",
     "parse_ss_listen_processes",

@@ -15,7 +15,12 @@ from .disk import DiskSpace, parse_df
 from .gather import MARKER
 from .gpu import Gpu, GpuProcess, parse_compute_apps, parse_gpus
 from .model import CONFIG_BACKUP, HF_QUANT_BACKUP, parse_model_listing, shards_from_index
-from .ports import parse_proc_net_tcp, parse_ss_listen, parse_ss_listen_processes
+from .ports import (
+    parse_listen_addresses,
+    parse_proc_net_tcp,
+    parse_ss_listen,
+    parse_ss_listen_processes,
+)
 from .system import parse_logind_remove_ipc, parse_pidfile
 from .vllm import parse_vllm_dists, parse_vllm_version
 
@@ -122,6 +127,8 @@ class HostFacts:
     listening_ports: set[int] | None = None
     port_pids: dict[int, list[int]] | None = None
     port_processes: dict[int, list[tuple[str, int]]] | None = None
+    #: port -> local addresses listening on it (ss's view, else /proc/net/tcp's)
+    listening_addresses: dict[int, set[str]] | None = None
     run_dir_probe: str | None = None
     run_dir_disk: DiskSpace | None = None
     shm_disk: DiskSpace | None = None
@@ -226,10 +233,12 @@ def parse_gathered(text: str) -> HostFacts:
     if sec is not None and sec.text.strip():
         # cat exits 1 when tcp6 is missing (IPv6 disabled) but still prints tcp.
         facts["listening_ports"] = parse_proc_net_tcp(sec.text)
+        facts["listening_addresses"] = parse_listen_addresses(sec.text)
     sec = get("ss_listen")
     if sec is not None and sec.ok:
         facts["port_processes"] = parse_ss_listen_processes(sec.text)
         facts["port_pids"] = parse_ss_listen(sec.text)
+        facts["listening_addresses"] = parse_listen_addresses(sec.text)
 
     sec = get("df_run_dir")
     if sec is not None and sec.text.strip():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 
@@ -63,3 +64,54 @@ def parse_ss_listen(text: str) -> dict[int, list[int]]:
         port: sorted({pid for _, pid in holders})
         for port, holders in parse_ss_listen_processes(text).items()
     }
+
+
+def _proc_address(hexaddr: str) -> str | None:
+    """The address of a /proc/net/tcp(6) ``local_address`` (hex, in 32-bit host-order words)."""
+    try:
+        raw = bytes.fromhex(hexaddr)
+    except ValueError:
+        return None
+    if len(raw) not in (4, 16):
+        return None
+    # each 32-bit word is in the kernel's (little-endian, on x86 and arm64) byte order
+    packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(packed))
+
+
+def _ss_address(local: str) -> str:
+    """The address of an ss local-address column (``127.0.0.1:80``, ``[::1]:80``, ``*:80``,
+    ``127.0.0.53%lo:53``), without brackets or interface."""
+    addr = local.rsplit(":", 1)[0].strip("[]").split("%", 1)[0]
+    return addr or "*"
+
+
+def parse_listen_addresses(text: str) -> dict[int, set[str]]:
+    """Port -> the local addresses listening on it (``0.0.0.0``, ``::``, ``*`` for any), from
+    ``ss -Hltn[p]`` output or /proc/net/tcp and /proc/net/tcp6 content (either, or both)."""
+    out: dict[int, set[str]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4 or parts[0] == "State" or parts[0] == "sl":
+            continue
+        if parts[0].endswith(":") and parts[0][:-1].isdigit():  # /proc/net/tcp(6)
+            if parts[3].upper() != "0A" or ":" not in parts[1]:
+                continue
+            hexaddr, hexport = parts[1].rsplit(":", 1)
+            addr = _proc_address(hexaddr)
+            try:
+                port = int(hexport, 16)
+            except ValueError:
+                continue
+        else:  # ss: [State] Recv-Q Send-Q Local:Port Peer:Port [Process]
+            offset = 0 if parts[0].isdigit() else 1
+            if parts[0] not in ("LISTEN",) and offset:
+                continue
+            local = parts[offset + 2]
+            port_or_none = _ss_port(local)
+            if port_or_none is None:
+                continue
+            addr, port = _ss_address(local), port_or_none
+        if addr is not None:
+            out.setdefault(port, set()).add(addr)
+    return out

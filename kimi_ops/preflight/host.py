@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING
 
 from ..facts import HostFacts
@@ -10,6 +11,27 @@ from .common import FIRST_NORMAL_UID, MIN_RUN_DIR_FREE_BYTES, MIN_SHM_FREE_BYTES
 
 if TYPE_CHECKING:
     from ..profile import Profile
+
+
+_ANY_ADDRESS = frozenset({"", "*", "0.0.0.0", "::"})
+
+
+def binds_clash(bind: str, held: str) -> bool:
+    """Whether a listener on ``held`` keeps a server from binding the same port on ``bind``.
+
+    Either side on any address (``0.0.0.0``, ``::``: dual-stack on Linux) clashes; two
+    specific addresses clash only when they are the same (an IPv4-mapped IPv6 address is its
+    IPv4 one). A host name cannot be told apart: it clashes.
+    """
+    if bind in _ANY_ADDRESS or held in _ANY_ADDRESS:
+        return True
+    try:
+        b, h = ipaddress.ip_address(bind), ipaddress.ip_address(held)
+    except ValueError:
+        return True
+    b = getattr(b, "ipv4_mapped", None) or b
+    h = getattr(h, "ipv4_mapped", None) or h
+    return b == h
 
 
 def _check_port(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
@@ -21,6 +43,13 @@ def _check_port(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
     in_use = (listening is not None and port in listening) or holders is not None
     if not in_use:
         return Check("port", "pass", f"port {port} is free")
+    held_on = (facts.listening_addresses or {}).get(port)
+    if held_on and not any(binds_clash(profile.host, a) for a in held_on):
+        return Check(
+            "port",
+            "pass",
+            f"port {port} is free on {profile.host} (held on {', '.join(sorted(held_on))} only)",
+        )
     holders = holders or []
     if holders and all(pid in own for _, pid in holders):
         pids = ", ".join(str(pid) for _, pid in holders)

@@ -149,8 +149,9 @@ def free_port(address: str = "127.0.0.1") -> int:
     """A currently unused TCP port on `address`, never one this process handed out before.
 
     Racy by nature (start_sshd retries). Ports are unique across addresses: the kernel would
-    give 127.0.0.2 the port an sshd on 127.0.0.3 holds, and preflight's port check, which goes
-    by port number over every address, calls that port taken (a CI run failed on it).
+    give 127.0.0.2 the port an sshd on 127.0.0.3 holds (a CI run's preflight, then going by port
+    number alone, called it taken; it now tells addresses apart, tests/test_preflight.py), and
+    an e2e test should meet one situation at a time.
     """
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
