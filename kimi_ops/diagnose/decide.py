@@ -383,13 +383,11 @@ def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
     return None
 
 
-#: Lines after engine init that are not its caller going on: warnings, progress bars, a
-#: traceback's parts, a shell prompt.
 _TRACEBACK_START = "Traceback (most recent"
-#: Lines that are no sign of the caller going on: Python's warnings (``x.py:1: UserWarning:``,
-#: ``warnings.warn(``) and logging's WARNING level (a library's, maybe vLLM's own), progress
-#: bars, tracebacks, shell prompts and comments; a program's own "Warning: ..." print is the
-#: caller's.
+#: Lines after engine init that are no sign of the caller going on: Python's warnings
+#: (``x.py:1: UserWarning:``, ``warnings.warn(``) and logging's WARNING level (a library's,
+#: maybe vLLM's own), progress bars, tracebacks, shell prompts and comments; a program's own
+#: "Warning: ..." print is the caller's.
 _NOT_CALLER_RE = re.compile(
     r"[a-z]Warning\b|warnings\.warn|\bWARN(?:ING)?\b|(?i:\[warn(?:ing)?\])|^\[W\d"
     r"|it/s\]|s/it\]|%\||Traceback|^File |^\$ |^#|^<frozen |^\[\.\.\. cut"
