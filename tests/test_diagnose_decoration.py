@@ -41,6 +41,8 @@ HARD_WRAPPED = {
     "engine_dead_other__g414_club3090_gemma4_perheadkv_page_size_notimpl.log",
     # DeepGEMM's "Assertion error (file:line): reason" is one line; the paste wrapped it
     "unsupported_gpu__u807_deepgemm_sm121_unsupported_arch.log",
+    # Gloo's "RuntimeError: [.../unbound_buffer.cc:78] Timed out waiting ..." is one line
+    "nccl_error__w901_ray_multinode_gloo_recv_timeout.log",
 }
 
 

@@ -95,8 +95,10 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             "\"successfully loaded '",
             "Started HTTPService at",
             "Started GRPCInferenceService at",
-            # Unsloth's SyntheticDataKit, which runs `vllm serve` and waits for it
+            # Unsloth's SyntheticDataKit, which runs `vllm serve` and waits for it; Ray Serve
+            # (ray.llm), once every deployment of the app is healthy
             "vLLM Server Ready",
+            "Deployed app '",
             # the API server handling a request (its failure is that request's, see below)
             "Error in preprocessing prompt inputs",
         ),
@@ -298,8 +300,7 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Shutting down FastAPI",  # the HTTP launcher's stop on SIGINT / SIGTERM (0.4 .. 0.1x)
     }
 )
-#: Words of a stop that count only when the line is a stop request (``_STOP_REQUEST_RE``):
-#: Slurm's "CANCELLED AT", the journal's "Stopping vllm.service", bash's "[1]+  Terminated".
+#: Stop words that count only on a stop-request line (``_STOP_REQUEST_RE``): Slurm, systemd, bash.
 _STOP_ONLY_KEYWORDS = frozenset({"CANCELLED AT", ".service", "  Terminated ", "exit code: -15"})
 #: vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task (an
 #: engine death ends uvicorn without it): a stop request, by a server that was up.
@@ -333,14 +334,12 @@ _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
 _OFFLINE_DONE = "Processed prompts: 100%"
 _BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting down client\.?$")
-#: An in-process engine (vLLM's ``LLM`` class, or a library that drives it: Unsloth) is ready
-#: once its engine is initialised; it has no HTTP server to wait for. Its own words for that:
-#: ``llm.py``'s "Supported tasks" (V1, after the engine core is up) and Unsloth patching the
-#: model (after vLLM loaded it). They count only after "init engine ... took" (the scanner
-#: checks): Unsloth also talks while vLLM is still loading, and then its engine is ready at
-#: "init engine ... took" itself.
-_INPROC_READY_RE = re.compile(r"^\s*(?:Supported[_ ]tasks: |Unsloth\b)")  # (a page indents)
-_INPROC_KEYWORDS: frozenset[str] = frozenset({"Supported_tasks", "Supported tasks", "Unsloth"})
+#: An in-process engine (vLLM's ``LLM`` class, or a library driving it) has no HTTP server to
+#: wait for: it is ready once initialised. Its words: ``llm.py``'s "Supported tasks" (V1),
+#: Unsloth patching the model, counted after "init engine ... took" (Unsloth also talks while
+#: vLLM loads); verl's "After building vllm rollout" (LLM(...) returned, KV cache and all).
+_INPROC_READY_RE = re.compile(r"^\s*(?:Supported[_ ]tasks: |Unsloth\b|After building vllm rollout)")
+_INPROC_KEYWORDS = frozenset({"Supported_tasks", "Supported tasks", "Unsloth", "vllm rollout"})
 #: Request-log lines (and the offline example's "Prompt: .., Generated text: ..") quote user
 #: text, which may contain anything: never analysed.
 _IGNORED_PREFIXES = ("Received request ", "Added request ", "Generated response ", "Prompt: ")
@@ -381,9 +380,9 @@ _SOURCE_LINE_RE = re.compile(r"""^\s+(?:-*>\s*)?(?:\d+\s+)?[\w.]*\w\(\s*f?["']""
 #: A line printed by vLLM itself: its logger's format (``ERROR 08-05 07:31:10 [core.py:12]``,
 #: before 0.8 without the ``[``) or one of its processes' prefixes. An exception line printed
 #: so was raised in (or caught and logged by) vLLM's engine, workers or API server.
-_VLLM_ORIGIN_RE = re.compile(
-    r"(?:^|[\s|)\]>*])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-    r"\[?[\w.\-/]+\.py:\d+\]"
+_VLLM_ORIGIN_RE = re.compile(  # (a custom date format may add the year)
+    r"(?:^|[\s|)\]>*])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.\-/]+\.py:\d+\]"
     r"|\((?:EngineCore|VllmWorker|Worker_|APIServer|RayWorkerWrapper)[^()]*pid=\d+"
 )
 #: The engine process's own error logger (V1's EngineCore ``[core.py:N]``, in newer releases
@@ -393,7 +392,7 @@ _VLLM_ORIGIN_RE = re.compile(
 #: the exception. Exceptions it survives: a failed utility call and one request's
 #: pre-processing (``_SURVIVED_FRAME_RE``).
 _ENGINE_LOGGER_RE = re.compile(
-    r"\bERROR \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\bERROR (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
     r"\[?(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine)\.py:\d+\]"
 )
 _SURVIVED_FRAME_RE = re.compile(r", in (?:_invoke_utility_method|preprocess_add_request)\b")
@@ -403,9 +402,8 @@ _WORKER_ORIGIN_RE = re.compile(r"\((?:RayWorker\w*|VllmWorker\w*|Worker(?:_\w+)?
 #: A traceback frame: Python's, or IPython's (``File ~/x/vllm/worker.py:682, in load_model``).
 _FRAME_RE = re.compile(r'\s*File (?:"[^"]*", line \d+|[~/][^,]*\.py:\d+, in )')
 #: A frame in vLLM's own package: ``/vllm/`` then one of its top-level packages or modules
-#: (0.4 .. 0.3x). Not any path with a ``vllm`` folder in it: a venv named vllm
-#: (``/opt/vllm/lib/python3.12/...``) or another project's vllm adapter
-#: (``nemo_rl/models/generation/vllm/vllm_generation.py``) is not vLLM's code.
+#: (0.4 .. 0.3x); not a venv named vllm (``/opt/vllm/lib/...``) nor another project's vllm
+#: adapter (``nemo_rl/models/generation/vllm/vllm_generation.py``).
 _VLLM_CODE_RE = re.compile(
     r"/vllm/(?:(?:v1|engine|entrypoints|model_executor|worker|executor|distributed|attention|"
     r"compilation|core|device_allocator|inputs|lora|multimodal|platforms|plugins|"
@@ -582,6 +580,8 @@ _FIND_WORDS: tuple[str, ...] = (
     "systemd[",  # the journal's lines about the unit (stopped, killed, failed)
     "  Terminated ",  # bash's job report of a SIGTERM
     "Python.h: No such",  # gcc, building a JIT helper without Python's headers
+    "vllm rollout",  # verl's rollout worker built its in-process engine
+    "Deployed app '",  # Ray Serve: the app's deployments are healthy
     "Graph capturing",  # V0 before 0.6.4's last init step (it printed no "init engine ... took")
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole

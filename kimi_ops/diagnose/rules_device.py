@@ -118,7 +118,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "compute capability",
             "Compute capability",
             "device capability",
-            "Ampere GPUs or newer",
+            "GPUs or newer",
             "on CUDA arch",
             "gpu-name",
             "capability not supported",
@@ -156,7 +156,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"\bassert is_fa_version_supported\(",
             r"No compiled \w+ for a compute capability",
             r"current device does not support this kernel",
-            r"FlashAttention only supports Ampere GPUs or newer",
+            # a kernel library naming the oldest generation it runs on (flash-attn's "Ampere",
+            # ROCm's "AMD MI200")
+            r"\bonly supports (?:[\w-]+ ){1,3}GPUs or newer",
             r"No valid attention backend.*\[\s*'?compute capability not supported'?\s*\]",
             # the selector's reasons list re-indented one reason per line
             r"^\s*(?:\w+: \[\s*)?'?compute capability not supported'?\s*,?\s*\]?,?$",

@@ -137,4 +137,18 @@ ENGINE_RULES: tuple[Rule, ...] = (
         # before its exception shows no cause (unknown)
         weak=True,
     ),
+    _rule(
+        "engine_loop_exception",
+        "engine_dead_other",
+        4,
+        ("Error('", 'Error("', "Exception('", 'Exception("'),
+        # V0's engine process (MQLLMEngine.start, 0.6-0.10) logs the exception that ended its
+        # loop as its repr, alone on a line: `logger.exception(repr(e))`; the API server may
+        # have answered requests before it
+        [r"^(?:[A-Za-z_]\w*\.)*(?P<what>\w*(?:Error|Exception)\((['\"]).*\2\))$"],
+        "The engine's loop ended on an exception ({what}) and the engine process died; the "
+        "server cannot answer any more. Read the traceback around it in the full log, then "
+        "search vLLM's issues for the exception[[ (vLLM {vllm_version})]].",
+        "engine loop died: {what}",
+    ),
 )

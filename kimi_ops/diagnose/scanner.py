@@ -446,7 +446,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         if st.stage < _ENGINE_INITIALIZED and ev[2].lstrip().startswith("Unsloth"):
             st.inproc_driver_pos = pos  # Unsloth talks while vLLM loads: ready at "init engine"
         recovered = st.last_crash_pos < 0 or st.last_crash_pos < st.last_progress_pos
-        if st.stage >= _ENGINE_INITIALIZED and st.healthy_pos < 0 and not st.hits and recovered:
+        built = st.stage >= _ENGINE_INITIALIZED or "vllm rollout" in ev[2]  # (verl's words)
+        if built and st.healthy_pos < 0 and not st.hits and recovered:
             _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False, False))
             _apply(st, (pos, _EV_HEALTHY, ev[2], False))
             st.facts["in_process"] = "true"

@@ -1,0 +1,59 @@
+"""What blind set W's misses taught (2026-12-04), each as a general fact, in lines shaped like
+the ones the misses held (not copies of them)."""
+
+from __future__ import annotations
+
+from kimi_ops.diagnose import diagnose
+
+UP = (
+    "INFO 01-01 00:00:00 api_server.py:1] vLLM API server version 0.8.0\n"
+    "INFO:     Application startup complete.\n"
+    'INFO:     127.0.0.1:4000 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error\n'
+)
+
+
+def test_v0_engine_loop_logging_its_fatal_exception_as_a_repr_is_the_engine_dying() -> None:
+    # MQLLMEngine.start: `logger.exception(repr(e))` when the engine loop ends
+    d = diagnose(UP + "ERROR 01-01 00:00:09 [engine.py:160] RuntimeError('no backend here')\n")
+    assert (d.label, d.facts.get("signature")) == ("engine_dead_other", "engine_loop_exception")
+    assert "RuntimeError('no backend here')" in d.summary
+    # a repr inside a sentence is no such line
+    d = diagnose(UP + "INFO 01-01 00:00:09 [x.py:1] retrying after ValueError('busy')\n")
+    assert d.label == "healthy", d.summary
+
+
+INIT = (
+    "INFO 2025-01-01 10:00:01.100 core.py:1] "
+    "init engine (profile, create kv cache, warmup model) took 5 s\n"
+)
+
+
+def test_vllm_s_own_lines_with_a_dated_timestamp_are_no_caller_going_on() -> None:
+    # a custom date format adds the year; the line is still vLLM's logger's, not its caller's
+    own = "INFO 2025-01-01 10:00:02.83 metrics.py:5] cache_config_info num_gpu_blocks is: 9\n"
+    assert diagnose(INIT + own).label == "starting"
+    assert diagnose(INIT + "Training from scratch\n").label == "healthy"
+
+
+def test_a_kernel_naming_the_oldest_gpu_it_runs_on_is_an_unsupported_gpu() -> None:
+    start = "INFO 01-01 00:00:00 [loader.py:1] Loading safetensors checkpoint shards: 1/2\n"
+    for oldest in ("AMD MI200", "Ampere", "NVIDIA Hopper"):  # ROCm's, flash-attn's, ...
+        line = f"RuntimeError: FlashAttention only supports {oldest} GPUs or newer."
+        assert diagnose(start + line + "\n").label == "unsupported_gpu", oldest
+
+
+def test_ray_serve_s_deployed_app_is_a_server_up() -> None:
+    d = diagnose(
+        "(ServeReplica:app:Deployment pid=7) INFO 05-23 02:26:49 cpu_executor.py:72] "
+        "# CPU blocks: 1\n"
+        "2024-05-23 02:26:49,364\tINFO api.py:584 -- Deployed app 'llm' successfully.\n"
+    )
+    assert d.label == "healthy", d.summary
+
+
+def test_verl_s_built_vllm_rollout_is_an_in_process_engine_up() -> None:
+    built = "(WorkerDict pid=9) After building vllm rollout, memory allocated (GB): 25.4\n"
+    d = diagnose("(WorkerDict pid=9) before init cache memory allocated: 18.5GB\n" + built)
+    assert (d.label, d.facts.get("in_process")) == ("healthy", "true"), d.summary
+    crash = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'y'\n"
+    assert diagnose(crash + built).label != "healthy"
