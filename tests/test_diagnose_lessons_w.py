@@ -57,3 +57,10 @@ def test_verl_s_built_vllm_rollout_is_an_in_process_engine_up() -> None:
     assert (d.label, d.facts.get("in_process")) == ("healthy", "true"), d.summary
     crash = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'y'\n"
     assert diagnose(crash + built).label != "healthy"
+
+
+def test_a_disk_quota_used_up_is_the_host_s_disk_like_a_full_one() -> None:
+    start = "INFO 01-01 00:00:00 [loader.py:1] Loading safetensors checkpoint shards: 1/2\n"
+    d = diagnose(start + "OSError: [Errno 122] Disk quota exceeded: '/scratch/u/.cache/vllm'\n")
+    assert (d.label, d.facts.get("signature")) == ("unknown", "disk_full"), d.summary
+    assert "quota" in d.hint

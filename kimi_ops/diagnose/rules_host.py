@@ -128,12 +128,14 @@ HOST_RULES: tuple[Rule, ...] = (
         "disk_full",
         "unknown",
         3,
-        ("No space left on device",),
-        # a full disk (the Hugging Face cache, the compile caches, the log's own disk); a full
+        ("No space left on device", "Disk quota exceeded"),
+        # a full disk (the Hugging Face cache, the compile caches, the log's own disk), or the
+        # user's quota on it (EDQUOT, errno 122, on a cluster's shared file system); a full
         # /dev/shm is nccl_shm's (it ranks higher)
-        [_EXC + r"No space left on device(?:: '(?P<path>[^']+)')?"],
-        "A disk on the host is full (No space left on device[[: {path}]]): the model download, "
-        "the compile caches or the logs could not be written. Free space there (`df -h`; old "
+        [_EXC + r"(?:No space left on device|Disk quota exceeded)(?:: '(?P<path>[^']+)')?"],
+        "A disk on the host is full, or the user's quota on it is used up (No space left on "
+        "device / Disk quota exceeded[[: {path}]]): the model download, the compile caches or "
+        "the logs could not be written. Free space there (`df -h`, `quota -s`; old "
         "checkpoints in the Hugging Face cache, ~/.cache/vllm), or point HF_HOME / "
         "VLLM_CACHE_ROOT in the profile's env to a disk with room.",
         "disk full[[: {path}]]",
