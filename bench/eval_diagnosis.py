@@ -81,7 +81,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-t": ("a9e40fd", "e9e7f9d"),
     "blind-u": ("e8d099d", "e2c34eb"),
     "blind-v": ("e85c47d", "e3924e5"),
-    "blind-w": ("d2a7924", None),
+    "blind-w": ("d2a7924", "1655bc3"),
 }
 
 
