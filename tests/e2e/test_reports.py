@@ -41,6 +41,10 @@ pytestmark = pytest.mark.e2e
 STATE_CODES = {"serving": 0, "starting": 3, "stopped": 4, "crashed": 5, "orphans": 6}
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until(pred, timeout: float = 20.0, step: float = 0.05) -> bool:  # noqa: ANN001
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -69,6 +73,9 @@ class Background:
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # a shell that ran the suite in the background handed it SIGINT ignored, and
+                # exec keeps that: fab would never see the Ctrl-C these tests send
+                preexec_fn=_default_sigint,
             )
 
     def text(self) -> str:
