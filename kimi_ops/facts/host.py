@@ -230,15 +230,17 @@ def parse_gathered(text: str) -> HostFacts:
         facts["model_dir_error"] = _error(sec, "listing the model directory")
 
     sec = get("proc_net_tcp")
-    if sec is not None and sec.text.strip():
-        # cat exits 1 when tcp6 is missing (IPv6 disabled) but still prints tcp.
-        facts["listening_ports"] = parse_proc_net_tcp(sec.text)
-        facts["listening_addresses"] = parse_listen_addresses(sec.text)
+    # cat exits 1 when tcp6 is missing (IPv6 disabled) but still prints tcp.
+    proc_tcp = sec.text if sec is not None and sec.text.strip() else None
+    if proc_tcp is not None:
+        facts["listening_ports"] = parse_proc_net_tcp(proc_tcp)
     sec = get("ss_listen")
     if sec is not None and sec.ok:
         facts["port_processes"] = parse_ss_listen_processes(sec.text)
         facts["port_pids"] = parse_ss_listen(sec.text)
         facts["listening_addresses"] = parse_listen_addresses(sec.text)
+    elif proc_tcp is not None:  # ss's view of the addresses, else the kernel's
+        facts["listening_addresses"] = parse_listen_addresses(proc_tcp)
 
     sec = get("df_run_dir")
     if sec is not None and sec.text.strip():

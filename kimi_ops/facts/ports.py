@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterator
 
 
-def parse_proc_net_tcp(text: str) -> set[int]:
-    """Listening TCP ports (state ``0A``) from /proc/net/tcp and/or /proc/net/tcp6 content."""
-    ports: set[int] = set()
+def _proc_listeners(text: str) -> Iterator[tuple[str, int]]:
+    """(hex local address, port) of each listening socket (state ``0A``) in /proc/net/tcp(6)."""
     for line in text.splitlines():
         parts = line.split()
         if len(parts) < 4 or not parts[0].rstrip(":").isdigit():
@@ -16,11 +16,16 @@ def parse_proc_net_tcp(text: str) -> set[int]:
         local, state = parts[1], parts[3]
         if state.upper() != "0A" or ":" not in local:
             continue
+        hexaddr, hexport = local.rsplit(":", 1)
         try:
-            ports.add(int(local.rsplit(":", 1)[1], 16))
+            yield hexaddr, int(hexport, 16)
         except ValueError:
             continue
-    return ports
+
+
+def parse_proc_net_tcp(text: str) -> set[int]:
+    """Listening TCP ports (state ``0A``) from /proc/net/tcp and/or /proc/net/tcp6 content."""
+    return {port for _, port in _proc_listeners(text)}
 
 
 _SS_USER = re.compile(r'\("((?:[^"\\]|\\.)*)",pid=(\d+),fd=\d+\)')
@@ -32,13 +37,8 @@ def _ss_port(local: str) -> int | None:
     return int(port) if port.isdigit() else None
 
 
-def parse_ss_listen_processes(text: str) -> dict[int, list[tuple[str, int]]]:
-    """Port -> [(process name, pid), ...] from ``ss -Hltnp`` output.
-
-    A listening port whose owner ss cannot show (another user's process when not root) maps to
-    an empty list. Also accepts output with the ``State Recv-Q ...`` header.
-    """
-    out: dict[int, list[tuple[str, int]]] = {}
+def _ss_rows(text: str) -> Iterator[tuple[str | None, str, int, str]]:
+    """(state or None, local address column, port, line) of each socket line of ss output."""
     for line in text.splitlines():
         parts = line.split()
         if not parts or parts[0] == "State":
@@ -48,8 +48,18 @@ def parse_ss_listen_processes(text: str) -> dict[int, list[tuple[str, int]]]:
         if len(parts) < offset + 4:
             continue
         port = _ss_port(parts[offset + 2])
-        if port is None:
-            continue
+        if port is not None:
+            yield (parts[0] if offset else None), parts[offset + 2], port, line
+
+
+def parse_ss_listen_processes(text: str) -> dict[int, list[tuple[str, int]]]:
+    """Port -> [(process name, pid), ...] from ``ss -Hltnp`` output.
+
+    A listening port whose owner ss cannot show (another user's process when not root) maps to
+    an empty list. Also accepts output with the ``State Recv-Q ...`` header.
+    """
+    out: dict[int, list[tuple[str, int]]] = {}
+    for _, _, port, line in _ss_rows(text):
         holders = out.setdefault(port, [])
         for name, pid in _SS_USER.findall(line):
             entry = (name, int(pid))
@@ -90,28 +100,11 @@ def parse_listen_addresses(text: str) -> dict[int, set[str]]:
     """Port -> the local addresses listening on it (``0.0.0.0``, ``::``, ``*`` for any), from
     ``ss -Hltn[p]`` output or /proc/net/tcp and /proc/net/tcp6 content (either, or both)."""
     out: dict[int, set[str]] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 4 or parts[0] == "State" or parts[0] == "sl":
-            continue
-        if parts[0].endswith(":") and parts[0][:-1].isdigit():  # /proc/net/tcp(6)
-            if parts[3].upper() != "0A" or ":" not in parts[1]:
-                continue
-            hexaddr, hexport = parts[1].rsplit(":", 1)
-            addr = _proc_address(hexaddr)
-            try:
-                port = int(hexport, 16)
-            except ValueError:
-                continue
-        else:  # ss: [State] Recv-Q Send-Q Local:Port Peer:Port [Process]
-            offset = 0 if parts[0].isdigit() else 1
-            if parts[0] not in ("LISTEN",) and offset:
-                continue
-            local = parts[offset + 2]
-            port_or_none = _ss_port(local)
-            if port_or_none is None:
-                continue
-            addr, port = _ss_address(local), port_or_none
+    for hexaddr, port in _proc_listeners(text):
+        addr = _proc_address(hexaddr)
         if addr is not None:
             out.setdefault(port, set()).add(addr)
+    for state, local, port, _ in _ss_rows(text):
+        if state in (None, "LISTEN"):
+            out.setdefault(port, set()).add(_ss_address(local))
     return out
