@@ -21,6 +21,7 @@ from kimi_ops.diagnose.markers import (
     _ATTN_KERNEL_RE,
     _QUANT_KERNEL_RE,
     _STOP_REQUEST_RE,
+    _TRACEBACK,
     _VLLM_ORIGIN_RE,
 )
 from kimi_ops.diagnose.model import (
@@ -195,7 +196,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     if shutdown is None and st.healthy_pos < 0 and stop >= 0 and st.last_crash_pos in (-1, stop):
         stopped_in_process = _caller_went_on(st, until_stop=True)
         if stopped_in_process is not None:
-            shutdown = st.stop_request_pos
+            shutdown = stop
 
     active: list[tuple[Rule, _Hit]] = []
     for rule in RULES:
@@ -364,8 +365,10 @@ def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
     for line in lines[start + 1 :]:
         bare = clean_line(line)  # (a container's prefix on an empty line is no output)
         ln = bare.strip()
-        if until_stop and (_TRACEBACK_START in ln or _STOP_REQUEST_RE.search(ln)):
-            return went_on if _TRACEBACK_START not in ln else None
+        if until_stop and _TRACEBACK in ln:
+            return None
+        if until_stop and _STOP_REQUEST_RE.search(ln):
+            return went_on
         if went_on is None and (
             ln
             and bare[:1] not in " \t"
@@ -383,7 +386,6 @@ def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
     return None
 
 
-_TRACEBACK_START = "Traceback (most recent"
 #: Lines after engine init that are no sign of the caller going on: Python's warnings
 #: (``x.py:1: UserWarning:``, ``warnings.warn(``) and logging's WARNING level (a library's,
 #: maybe vLLM's own), progress bars, tracebacks, shell prompts and comments; a program's own

@@ -94,7 +94,7 @@ class _Line(NamedTuple):
 
 # Event kinds; on one line they apply in this order. An event is a tuple (pos, kind, ...):
 #   _EV_FACT         (groups)
-#   _EV_STAGE        (stage, progress, text, run_start, frequent[, api_server])
+#   _EV_STAGE        (stage, progress, text, run_start, frequent, api_server)
 #   _EV_HEALTHY      (text, frequent)
 #   _EV_RULE         (rule name, text, groups)
 #   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker)
@@ -228,7 +228,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     if best_stage >= 0:
         pm = _PROGRESS_RE.search(text)
         progress = f"{pm.group(1)}/{pm.group(2)}" if pm else None
-        events.append((_EV_STAGE, best_stage, progress, text, _RUN_START in text, False))
+        events.append((_EV_STAGE, best_stage, progress, text, _RUN_START in text, False, False))
         if best_stage >= _HEALTHY_STAGE:
             events.append((_EV_HEALTHY, text, False))
     for idx in sorted(facts):
@@ -355,8 +355,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.progress = progress
         st.stage_text = text
         st.last_progress_pos = pos
-        if "API server" in text or len(ev) > 7:  # "vLLM API server version", "Starting vLLM
-            st.api_server_pos = pos  # API server on", a line of the API server's own before
+        if "API server" in text or ev[7]:  # "vLLM API server version", "Starting vLLM API
+            st.api_server_pos = pos  # server on", or a line by the API server's own logger
         elif stage == _INITIALIZING_ENGINE:
             st.engine_start_pos = pos
         st.first_exc_since_progress = None
@@ -448,7 +448,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         recovered = st.last_crash_pos < 0 or st.last_crash_pos < st.last_progress_pos
         built = st.stage >= _ENGINE_INITIALIZED or "vllm rollout" in ev[2]  # (verl's words)
         if built and st.healthy_pos < 0 and not st.hits and recovered:
-            _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False, False))
+            _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False, False, False))
             _apply(st, (pos, _EV_HEALTHY, ev[2], False))
             st.facts["in_process"] = "true"
     elif kind == _EV_FRAME:
@@ -511,7 +511,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
         if kind == _EV_STAGE and events[i][2] <= _INITIALIZING_ENGINE:
             raw = raw or scan[ls : scan.find("\n", ls)][:200]
             if "APIServer" in raw or "api_server" in raw:  # the API server's "non-default args"
-                events[i] = (*events[i], True)
+                events[i] = (*events[i][:7], True)
             continue
         if (
             kind != _EV_EXC
@@ -543,7 +543,8 @@ def _process(st: _State, block: str) -> None:
         if p >= 0:
             ls = scan.rfind("\n", 0, p) + 1
             text = clean_line(scan[ls : scan.find("\n", p)])
-            events.append((base + ls, _EV_STAGE, _STAGE_INDEX["ready"], None, text, False, True))
+            ready = _STAGE_INDEX["ready"]
+            events.append((base + ls, _EV_STAGE, ready, None, text, False, True, False))
             events.append((base + ls, _EV_HEALTHY, text, True))
     starts = _candidate_lines(scan)
     if base < _FULL_SCAN:
