@@ -64,3 +64,49 @@ def test_a_disk_quota_used_up_is_the_host_s_disk_like_a_full_one() -> None:
     d = diagnose(start + "OSError: [Errno 122] Disk quota exceeded: '/scratch/u/.cache/vllm'\n")
     assert (d.label, d.facts.get("signature")) == ("unknown", "disk_full"), d.summary
     assert "quota" in d.hint
+
+
+E = "(EngineCore_DP0 pid=5) ERROR 01-01 00:00:01 [core.py:900] "
+CORE = '  File "/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", '
+
+
+def test_a_traceback_logged_inside_the_request_handler_is_a_utility_call_the_engine_survives() -> (
+    None
+):
+    # V1 before _invoke_utility_method: the handler's utility branch logs "Invocation of X
+    # method failed" and its traceback starts at the handler; the engine goes on
+    survived = [
+        "Invocation of collective_rpc method failed",
+        "Traceback (most recent call last):",
+        CORE + "line 1091, in _handle_client_request",
+        "    result = method(*self._convert_msgspec_args(method, args))",
+        CORE + "line 657, in collective_rpc",
+    ]
+    d = diagnose("".join(E + line + "\n" for line in survived))
+    assert d.label == "unknown", d.summary
+    # a fatal error passes through the handler too, but its traceback starts further out
+    fatal = [
+        "EngineCore encountered a fatal error.",
+        "Traceback (most recent call last):",
+        CORE + "line 700, in run_engine_core",
+        CORE + "line 800, in run_busy_loop",
+        CORE + "line 850, in _process_input_queue",
+        CORE + "line 1091, in _handle_client_request",
+    ]
+    d = diagnose("".join(E + line + "\n" for line in fatal))
+    assert d.label == "engine_dead_other", d.summary
+    # cut before its header line, the fatal traceback is still the engine's death
+    d = diagnose("".join(E + line + "\n" for line in fatal[1:]))
+    assert d.label == "engine_dead_other", d.summary
+
+
+def test_a_ray_node_without_the_engine_s_accelerator_is_the_environment() -> None:
+    d = diagnose(
+        E
+        + "EngineCore failed to start.\n"
+        + E
+        + "ValueError: Current node has no GPU available. current_node_resource={'CPU': "
+        "8.0}. vLLM engine cannot start without GPU. Make sure you have at least 1 GPU\n"
+    )
+    assert (d.label, d.facts.get("signature")) == ("unknown", "ray_node_no_device"), d.summary
+    assert "GPU" in d.summary and "ray start" in d.hint

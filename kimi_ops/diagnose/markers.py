@@ -378,24 +378,24 @@ _DISPATCH = _build_dispatch()
 #: %s...", ...)``, IPython's ``--> 682 ...``): the message in it was not logged.
 _SOURCE_LINE_RE = re.compile(r"""^\s+(?:-*>\s*)?(?:\d+\s+)?[\w.]*\w\(\s*f?["']""")
 #: A line printed by vLLM itself: its logger's format (``ERROR 08-05 07:31:10 [core.py:12]``,
-#: before 0.8 without the ``[``) or one of its processes' prefixes. An exception line printed
-#: so was raised in (or caught and logged by) vLLM's engine, workers or API server.
+#: before 0.8 without ``[``) or its processes' prefixes: an exception raised or logged by vLLM.
 _VLLM_ORIGIN_RE = re.compile(  # (a custom date format may add the year)
     r"(?:^|[\s|)\]>*])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.\-/]+\.py:\d+\]"
     r"|\((?:EngineCore|VllmWorker|Worker_|APIServer|RayWorkerWrapper)[^()]*pid=\d+"
 )
-#: The engine process's own error logger (V1's EngineCore ``[core.py:N]``, in newer releases
-#: ``[v1/engine/core.py:N]``; V0's multiprocessing engine ``engine.py:N]``): it prints the
-#: engine's fatal errors ("EngineCore failed to start", "EngineCore encountered a fatal error",
-#: V0's run_mp_engine), so a traceback it printed is the engine dying even when the excerpt cuts
-#: the exception. Exceptions it survives: a failed utility call and one request's
-#: pre-processing (``_SURVIVED_FRAME_RE``).
+#: The engine process's own error logger (V1's EngineCore ``[core.py:N]`` / ``[v1/engine/
+#: core.py:N]``; V0's multiprocessing engine ``engine.py:N]``) prints the engine's fatal errors
+#: ("EngineCore failed to start" / "encountered a fatal error", V0's run_mp_engine): a traceback
+#: it printed is the engine dying, even cut before the exception. Survived: a failed utility
+#: call, one request's pre-processing (``_SURVIVED_FRAME_RE``), and a traceback whose first
+#: frame is the request handler (logged inside it: only its utility branch does that).
 _ENGINE_LOGGER_RE = re.compile(
     r"\bERROR (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
     r"\[?(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine)\.py:\d+\]"
 )
 _SURVIVED_FRAME_RE = re.compile(r", in (?:_invoke_utility_method|preprocess_add_request)\b")
+_SURVIVED_FIRST_FRAME_RE = re.compile(r", in _handle_client_request\b")
 #: A worker process's prefix (Ray's actor, vLLM's multiprocessing workers): an exception there
 #: is a worker failing, which vLLM does not recover from.
 _WORKER_ORIGIN_RE = re.compile(r"\((?:RayWorker\w*|VllmWorker\w*|Worker(?:_\w+)?)[ ][^()]*pid=\d+")

@@ -398,6 +398,20 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "vLLM detected no GPU platform",
     ),
     _rule(
+        "ray_node_no_device",
+        "unknown",
+        3,
+        ("Current node has no",),
+        # vLLM's Ray placement (ray_utils.initialize_ray_cluster, 0.4 .. 0.1x): the Ray node
+        # the engine starts on registers none of the accelerator resource it asks for
+        [r"Current node has no (?P<device>\w+) available"],
+        "Ray's node where the engine starts lists no {device} resource, so vLLM cannot place "
+        "its workers: start Ray on that node with the accelerators visible and registered "
+        "under the name vLLM asks for (`ray start --num-gpus N`, or the platform's resource, "
+        "e.g. NPU), and run the server on a node of the Ray cluster that has them.",
+        "Ray node has no {device} for the engine",
+    ),
+    _rule(
         "gpu_driver_problem",
         "unknown",
         3,

@@ -43,6 +43,7 @@ from kimi_ops.diagnose.markers import (
     _STAGE_MARKERS,
     _STOP_ONLY_KEYWORDS,
     _STOP_REQUEST_RE,
+    _SURVIVED_FIRST_FRAME_RE,
     _SURVIVED_FRAME_RE,
     _TRACEBACK,
     _UP_SHUTDOWN_RE,
@@ -454,11 +455,16 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_FRAME:
         # a traceback is printed because an exception propagated: even cut before its
         # exception line, the process failed (the cause is what the excerpt lacks)
+        first = st.last_header is not None and (
+            st.last_frame is None or st.last_frame.pos < st.last_header.pos
+        )
         st.last_frame = _Line(pos, ev[2])
         st.last_crash_pos = pos
         if ev[3]:
             st.last_engine_log_frame_pos = pos
-            if _SURVIVED_FRAME_RE.search(ev[2]):
+            if _SURVIVED_FRAME_RE.search(ev[2]) or (
+                first and _SURVIVED_FIRST_FRAME_RE.search(ev[2])
+            ):
                 st.last_survived_frame_pos = pos
         if "/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2]):
             st.last_vllm_frame_pos = pos
