@@ -325,8 +325,7 @@ _STOP_REQUEST_RE = re.compile(
     # Slurm cancelling the job or step (scancel, its time limit, preemption): it sends SIGTERM
     # to the tasks; a node failure is no stop request
     r"|\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?! DUE TO NODE FAILURE)"
-    # systemd stopping the unit (systemctl stop / restart: SIGTERM to its processes), and
-    # bash reporting a job that SIGTERM ended
+    # systemd stopping the unit (SIGTERM to its processes); bash's report of a SIGTERMed job
     r"|^(?:Stopping|Stopped) \S+\.service\b"  # (the journal's "host systemd[1]: " is stripped)
     r"|^\[\d+\][+-]? +Terminated +\S|\bdied, exit code: -15\b"  # (V0: a worker SIGTERMed)
 )
@@ -335,13 +334,14 @@ _TRACEBACK = "Traceback (most recent call last)"
 _OFFLINE_DONE = "Processed prompts: 100%"
 _BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting down client\.?$")
 #: An in-process engine (vLLM's ``LLM`` class, or a library driving it) has no HTTP server to
-#: wait for: it is ready once initialised. Its words: ``llm.py``'s "Supported tasks" (V1),
-#: Unsloth patching the model, counted after "init engine ... took" (Unsloth also talks while
-#: vLLM loads); verl's "After building vllm rollout" (LLM(...) returned, KV cache and all).
-_INPROC_READY_RE = re.compile(r"^\s*(?:Supported[_ ]tasks: |Unsloth\b|After building vllm rollout)")
+#: wait for: it is ready once initialised. Its words: ``llm.py``'s "Supported tasks" (V1); a
+#: driver's (Unsloth patching the model, which also talks while vLLM loads: counted after "init
+#: engine ... took"); a builder's (verl's "After building vllm rollout": LLM(...) returned).
+_INPROC_READY_RE = re.compile(
+    r"^\s*(?:Supported[_ ]tasks: |(?P<driver>Unsloth\b)|(?P<built>After building vllm rollout))"
+)
 _INPROC_KEYWORDS = frozenset({"Supported_tasks", "Supported tasks", "Unsloth", "vllm rollout"})
-#: Request-log lines (and the offline example's "Prompt: .., Generated text: ..") quote user
-#: text, which may contain anything: never analysed.
+#: Request-log lines (and the offline example's "Prompt: ..") quote user text: never analysed.
 _IGNORED_PREFIXES = ("Received request ", "Added request ", "Generated response ", "Prompt: ")
 #: Every keyword some line check looks for; ``_analyze`` tests each once per line.
 _ALL_KEYWORDS: tuple[str, ...] = tuple(

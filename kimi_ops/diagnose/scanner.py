@@ -101,7 +101,7 @@ class _Line(NamedTuple):
 #   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker)
 #   _EV_EXIT, _EV_SHUTDOWN  (text)
 #   _EV_HEADER, _EV_FRAME  (text, engine_logged)
-#   _EV_INPROC_READY (text, api_server)
+#   _EV_INPROC_READY (text, who: engine / driver / built, api_server)
 # The flags after the text of an exception, a traceback header or frame, or an in-process-ready
 # event are what only the raw line shows (set by _mark_raw_facts); "frequent" marks a serving
 # marker that _FREQ_HEALTHY's scan found.
@@ -261,8 +261,10 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         or (not _STOP_ONLY_KEYWORDS.isdisjoint(present) and _STOP_REQUEST_RE.search(text))
     ):
         events.append((_EV_SHUTDOWN, text))
-    if present and not _INPROC_KEYWORDS.isdisjoint(present) and _INPROC_READY_RE.search(text):
-        events.append((_EV_INPROC_READY, text, False))
+    if present and not _INPROC_KEYWORDS.isdisjoint(present):
+        m = _INPROC_READY_RE.search(text)
+        if m is not None:  # who says so: the engine ("Supported tasks"), a driver, a builder
+            events.append((_EV_INPROC_READY, text, m.lastgroup or "engine", False))
     if _FRAME_RE.match(text):
         events.append((_EV_FRAME, text, False))
     return tuple(events)
@@ -362,7 +364,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.engine_start_pos = pos
         st.first_exc_since_progress = None
         if stage == _ENGINE_INITIALIZED and st.inproc_driver_pos >= 0:
-            _apply(st, (pos, _EV_INPROC_READY, text, False))  # its driver spoke before
+            _apply(st, (pos, _EV_INPROC_READY, text, "engine", False))  # its driver spoke
     elif kind == _EV_HEALTHY:
         frequent = ev[3]
         if frequent and any(_RULE_LABEL.get(name, "unknown") != "unknown" for name in st.hits):
@@ -442,12 +444,12 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_INPROC_READY:
         # an in-process engine past "init engine ... took", with no failure since: it is up
         # (flagged: the API server's own "Supported tasks", see _mark_raw_facts)
-        if ev[3] or st.api_server_pos >= 0:  # the API server's, or a server's log
+        if ev[4] or st.api_server_pos >= 0:  # the API server's, or a server's log
             return
-        if st.stage < _ENGINE_INITIALIZED and ev[2].lstrip().startswith("Unsloth"):
+        if st.stage < _ENGINE_INITIALIZED and ev[3] == "driver":
             st.inproc_driver_pos = pos  # Unsloth talks while vLLM loads: ready at "init engine"
         recovered = st.last_crash_pos < 0 or st.last_crash_pos < st.last_progress_pos
-        built = st.stage >= _ENGINE_INITIALIZED or "vllm rollout" in ev[2]  # (verl's words)
+        built = st.stage >= _ENGINE_INITIALIZED or ev[3] == "built"  # (verl: rollout built)
         if built and st.healthy_pos < 0 and not st.hits and recovered:
             _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False, False, False))
             _apply(st, (pos, _EV_HEALTHY, ev[2], False))
