@@ -30,6 +30,7 @@ MODULES = (
     "rules_engine",
     "rules_host",
     "rules",
+    "words",
     "markers",
     "candidates",
     "scanner",

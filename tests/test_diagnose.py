@@ -40,6 +40,7 @@ D = importlib.import_module("kimi_ops.diagnose")
 SCANNER = importlib.import_module("kimi_ops.diagnose.scanner")
 CANDIDATES = importlib.import_module("kimi_ops.diagnose.candidates")
 MARKERS = importlib.import_module("kimi_ops.diagnose.markers")
+WORDS = importlib.import_module("kimi_ops.diagnose.words")
 RULES_MODULE = importlib.import_module("kimi_ops.diagnose.rules")
 
 HERE = Path(__file__).resolve().parent
@@ -870,10 +871,10 @@ def test_many_interesting_lines_stay_fast() -> None:
 
 
 def test_every_stage_and_fact_keyword_is_reachable_by_the_line_filter() -> None:
-    words = MARKERS._TRIGGER_WORDS + MARKERS._FIND_WORDS
+    words = WORDS._TRIGGER_WORDS + WORDS._FIND_WORDS
     keys = {k for mk in MARKERS._STAGE_MARKERS for k in mk.keywords}
     keys |= {k for ks, _ in MARKERS._FACT_PATTERNS for k in ks}
-    keys -= MARKERS._KEYWORDS_ON_ERROR_LINES | MARKERS._HEAD_ONLY_KEYWORDS
+    keys -= WORDS._KEYWORDS_ON_ERROR_LINES | WORDS._HEAD_ONLY_KEYWORDS
     unreachable = sorted(k for k in keys if not any(w in k for w in words))
     assert not unreachable
 
@@ -901,7 +902,7 @@ def test_huge_single_feed_is_sliced_but_equivalent() -> None:
 
 
 def test_trigger_words_stay_selective_after_translation() -> None:
-    for word in MARKERS._TRIGGER_WORDS:
+    for word in WORDS._TRIGGER_WORDS:
         literal = [ch for ch in word if ch not in CANDIDATES._ANCHORS]
         assert len(literal) >= 3, f"{word!r} would match any run of anchor characters"
 
@@ -1141,7 +1142,7 @@ def test_kubectl_prefix_is_stripped() -> None:
 
 def test_every_line_of_a_small_excerpt_is_read() -> None:
     line = "Repository Not Found for url: https://huggingface.co/api/models/org/missing.\n"
-    assert not any(w in line for w in MARKERS._FIND_WORDS)  # no trigger word: only the head scan
+    assert not any(w in line for w in WORDS._FIND_WORDS)  # no trigger word: only the head scan
     assert diagnose(line).label == "model_not_found"
     # past the head, a big log is read through its trigger lines only (speed)
     filler = "INFO 01-01 00:00:00 [a.py:1] step\n" * (SCANNER._FULL_SCAN // 30)

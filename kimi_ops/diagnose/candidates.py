@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from kimi_ops.diagnose.markers import _FIND_WORDS, _TRIGGER_WORDS
+from kimi_ops.diagnose.words import _FIND_WORDS, _TRIGGER_WORDS
 
 
 def _trie_regex(words: Iterable[str]) -> str:

@@ -74,7 +74,7 @@ from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL, RULES
 # apply in log order, so feeding a log in any split gives exactly the whole-log diagnosis.
 # bench/bench_diagnose.py measures the throughput; tests check the fast path against
 # analysing every line. The word tables (``_TRIGGER_WORDS``, ``_FIND_WORDS`` ...) are
-# vocabulary and live in markers.py with the other patterns.
+# vocabulary and live in words.py; the other patterns in markers.py.
 
 #: Every line that starts in the first this many characters of a log is analysed, not only
 #: the trigger lines: an excerpt pasted into an issue is small, and its one telling line

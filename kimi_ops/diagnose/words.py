@@ -1,0 +1,158 @@
+"""The words that pick the lines worth analysing (the fast path's needles) and the keywords
+the tests hold them to: trigger words, ``str.find`` words, and keywords exempt from them."""
+
+from __future__ import annotations
+
+#: Words that find the lines worth analysing. Coverage relies on context: every exception
+#: line holds ``Error`` / ``Exception``, so ``ValueError: No available memory ...`` needs no
+#: word of its own; the rest cover stage, fact and non-exception failure lines. The tests
+#: check this fast path against analysing every line. For speed, all first characters of
+#: these words are mapped to one byte (see ``candidates._candidate_lines``), so keep them few
+#: and rare, and keep at least three other characters in each (a word made only of first
+#: characters would match any run of them).
+_TRIGGER_WORDS: tuple[str, ...] = (
+    # exceptions, tracebacks, exits; every ERROR / CRITICAL record
+    "Error",
+    "ERROR",
+    "CRITICAL",
+    "Exception",
+    "KeyboardInterrupt",
+    "Killed",
+    '", line ',
+    "xited with code",
+    "xit code",  # died unexpectedly (exit code: -9); exited with exit code 1
+    "xitcode",
+    "Exit Code",
+    "xpectedly",  # died unexpectedly
+    # failure messages that are not (always) exception lines
+    "Errno",
+    "EADDRINUSE",
+    "CUDA error",
+    "CUDA out of memory",
+    "CUDA driver",
+    "CUDA capability",
+    "CUDA graphs",
+    "CUDA kernel",
+    "Cuda failure",
+    "CUBLAS_STATUS",
+    "Value error",
+    "Value 'sm_",
+    "Watchdog caught",
+    "Worker proc",
+    "WorkerProc ",
+    "Worker failed",
+    "Engine core",
+    "EngineCore failed",
+    "EngineCore encountered",
+    "Engine process",
+    "Engine loop",
+    "Engine is already dead",
+    "Executor failed",
+    "KV cache is needed",
+    "KV Cache is",
+    "UnspecifiedPlatform",
+    "Unsupported",
+    "User-specified",
+    # stages and facts
+    "LLM API server",
+    "LLM server on",
+    "LLM engine",
+    "Loading ",
+    "Model loading took",
+    "Maximum concurrency",
+    "Memory profiling",
+    "Using ",
+    "Server Ready",  # a wrapper's own line once it saw vLLM up (Unsloth's SyntheticDataKit)
+    "Dynamo bytecode",
+    "Directly load the compiled",
+    "Compiling a graph",
+    "KV cache memory",
+    "KV cache size",
+    "# GPU blocks",
+    "# cuda blocks",
+    "Capturing",
+    "warmup model) took",
+    "Uvicorn running",
+    "Waiting for application",
+    "wn triggered",  # [shutdown] API server: shutdown triggered
+    "Shutdown initiated",  # the V1 engine core's orderly shutdown
+    "Shutting down FastAPI",  # the HTTP launcher's stop (SIGINT / SIGTERM)
+    "Started server",
+    "Started HTTPService at",  # Triton Inference Server
+    "Sleep mode freed",  # an engine that was up, put to sleep
+    "Started GRPCInferenceService at",
+    "\"successfully loaded '",  # ... Triton loaded a model (the vLLM backend's engine is up)
+    "Supported_tasks",  # llm.py: the in-process engine is ready (and "Supported tasks")
+    "Supported tasks",
+    "Unsloth",  # Unsloth patching the model vLLM loaded in-process
+    # signals: stops (SIGTERM / SIGINT) and kills; "Segfault encountered" (torch's handler)
+    "SIGTERM",
+    "SIGINT",
+    "SIGHUP",
+    "SIGKILL",
+    "SIGSEGV",
+    "SIGBUS",
+    "SIGABRT",
+    "SIGILL",
+    "SIGFPE",
+    "Segfault",
+    "Segmentation fault",  # the shell's word for SIGSEGV (a line of its own)
+    "Memory access fault",  # the ROCm runtime's, before it aborts the process
+    "Caught signal",  # UCX's handler
+    "Signal (",  # tritonserver's handler
+    "CCL WARN",  # NCCL_DEBUG's account of a failure
+    "CCL_ERROR",  # Intel oneCCL's error records
+    "CCL INFO",  # ... and its trace of an error code ("init.cc:2257 -> 1")
+    "Cuda error",  # vLLM's custom all-reduce: "Failed: Cuda error .../custom_all_reduce.cuh"
+    "Exception raised from",  # a C++ (c10) exception's source (the NCCL watchdog's)
+    "Unhandled exception",  # Ray's terminate handler
+    "what(): ",  # std::terminate's account of the uncaught C++ exception
+    "Check failed",  # glog / Ray CHECK
+    "MARKED_DEAD",  # Ray's event log: a node declared dead
+    "Please report this issue",  # Ray's "An unexpected system state has occurred" (CHECK)
+    "Workers (tasks",  # Ray's memory monitor: "2 Workers (tasks / actors) killed due to ..."
+    "Memory on the node",  # ... "Memory on the node (IP: ..) .. Ray killed this worker"
+    "Parent process exited",
+    # a container runtime / orchestrator reporting the server's container dead
+    "Crashed container",
+    "CrashLoopBackOff",
+    "Exited (",
+    "ModeIsEnabled",  # OfflineModeIsEnabled
+)
+#: Needles whose characters are all common; searched with ``str.find`` (few, on purpose).
+#: Keywords whose lines need no trigger word: they only occur in exception messages (which
+#: hold ``Error``) or in hard-wrapped continuations (analysed regardless of triggers).
+_KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset(
+    {"maximum model length is", "def "}  # "def kernel(": Triton's CompilationError, an ERROR
+)
+_FIND_WORDS: tuple[str, ...] = (
+    ": error: ",
+    "Illegal instruction",  # the shell's word for SIGILL (a line of its own: no trigger word)
+    "startup complete",
+    "non-default args",
+    "Starting to load",
+    "core dumped",
+    "^C",
+    "Available routes",
+    "Available memory: 0,",  # vllm-ascend: nothing left for the KV cache (an INFO line)
+    "systemd[",  # the journal's lines about the unit (stopped, killed, failed)
+    "  Terminated ",  # bash's job report of a SIGTERM
+    "Python.h: No such",  # gcc, building a JIT helper without Python's headers
+    "vllm rollout",  # verl's rollout worker built its in-process engine
+    "Deployed app '",  # Ray Serve: the app's deployments are healthy
+    "Graph capturing",  # V0 before 0.6.4's last init step (it printed no "init engine ... took")
+)
+#: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
+#: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
+#: server"); only a pasted excerpt shows them alone, and an excerpt is small.
+_HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset(
+    {
+        "Route: /",
+        # the KV-cache dtype asked for: a command line or argparse Namespace comes first; the
+        # engine's config dump (kv_cache_dtype=fp8) is on an "LLM engine" (trigger) line
+        "--kv-cache-dtype",
+        "kv_cache_dtype=",
+        "no longer supports this GPU",  # PyTorch's warning at import, before vLLM starts
+        "casting to bfloat16",  # the CPU build's dtype notice, at startup
+    }
+)
