@@ -108,7 +108,9 @@ def _in_quant_code(st: _State) -> bool:
 
 
 #: Rules whose line names a dtype, not whose: they count only in the KV cache's context.
-_KV_DTYPE_BY_CONTEXT = frozenset({"float8_kv_dtype_mismatch", "kv_dtype_missing_in_torch"})
+_KV_DTYPE_BY_CONTEXT = frozenset(
+    {"float8_kv_dtype_mismatch", "kv_dtype_missing_in_torch", "kv_write_op_failed"}
+)
 
 
 def _signal_names(groups: Mapping[str, str]) -> set[str]:
@@ -300,8 +302,18 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         and st.last_exit.pos > st.healthy_pos
         and (shutdown is None or st.last_exit.pos < shutdown)
     )
-    if crashed_before_up or died_after_up:
-        engine = crashed_before_up and st.last_vllm_frame_pos > st.last_progress_pos
+    # the engine's own error logger (it prints the engine's fatal errors only) printed a
+    # traceback after the server was up, and not one the engine survives: the engine died
+    engine_died_after_up = (
+        healthy
+        and st.last_engine_log_frame_pos > st.healthy_pos
+        and st.last_survived_frame_pos <= st.healthy_pos
+        and (shutdown is None or st.last_engine_log_frame_pos < shutdown)
+    )
+    if crashed_before_up or died_after_up or engine_died_after_up:
+        engine = engine_died_after_up or (
+            crashed_before_up and st.last_vllm_frame_pos > st.last_progress_pos
+        )
         return _generic_unknown(st, facts, ctx, stage, progress, root, engine=engine)
     values = {**ctx, **facts}
     healthy_text = st.healthy_text

@@ -332,6 +332,9 @@ _STOP_REQUEST_RE = re.compile(
 _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
 _OFFLINE_DONE = "Processed prompts: 100%"
+#: uvicorn starting, before any route or "startup complete": vLLM's own server gets here after
+#: its engine is up; an app that builds the engine at startup (TRL's vllm-serve) before it.
+_BARE_HTTP_START_RE = re.compile(r"Started server process|Waiting for application startup")
 _BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting down client\.?$")
 #: An in-process engine (vLLM's ``LLM`` class, or a library driving it) has no HTTP server to
 #: wait for: it is ready once initialised. Its words: ``llm.py``'s "Supported tasks" (V1); a

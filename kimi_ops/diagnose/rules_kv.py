@@ -164,6 +164,23 @@ KV_DTYPE_RULES: tuple[Rule, ...] = (
         weak=True,
     ),
     _rule(
+        "kv_write_op_failed",
+        "kv_cache_dtype_unsupported",
+        84,
+        ("ReshapeAndCache", "ReshapeCache", "reshape_and_cache"),
+        # the op that writes keys and values into the KV cache failed (torch_npu's RuntimeError
+        # naming the op that failed; an error in CUDA's reshape_and_cache kernel): it counts
+        # only when the KV cache was asked to be FP8 (see _fp8_in_kv_cache), the dtype that op
+        # then writes
+        [
+            r"(?:Error|operator name is|failed in|kernel)\b.*?\b(?P<kv_op>Reshape(?:And)?Cache\w*|"
+            r"reshape_and_cache\w*)",
+        ],
+        "The op that writes the KV cache ({kv_op}) failed with the KV cache in "
+        "{kv_cache_dtype}: this device's kernel for it does not take that dtype. " + _KV_FIX,
+        "KV-cache write ({kv_op}) failed with a {kv_cache_dtype} KV cache",
+    ),
+    _rule(
         "kv_dtype_refused",
         "kv_cache_dtype_unsupported",
         21,  # above error_names_option: naming kv_cache_dtype is this refusal's own words

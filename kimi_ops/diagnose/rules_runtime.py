@@ -204,6 +204,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "insufficient memory to allocate",
             "too large for the current device",
             "EL0004",
+            "is allocated by PyTorch",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
@@ -227,6 +228,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # torch's own OOM exception type, whatever vLLM wrapped its message in ("Error in
             # model execution ..."); Ray's OutOfMemoryError (host RAM) is not torch's
             r"\btorch\.(?:cuda\.)?OutOfMemoryError\b",
+            # ... its message's own account, when a page or paste kept only the tail
+            r"Of the allocated memory [\d.]+ \w+ is allocated by PyTorch",
             # IPython's traceback header names the exception by its class name only
             r"^OutOfMemoryError\s+Traceback \(most recent call last\)",
             r"(?i:cuda failure \d* ?'out of memory')",
@@ -299,6 +302,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "custom_all_reduce.cu",
             "ncclCommWatchdog",
             "watchdog thread terminated",
+            "watchdog got stuck",
+            "Heartbeat monitor timed out",
             "|CCL_ERROR|",
             "oneCCL: ",
             "custom_all_reduce_utils.py",
@@ -308,6 +313,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"nccl(?:SystemError|UnhandledCudaError|InternalError|InvalidUsage|RemoteError|"
             r"InvalidArgument)",
             r"Watchdog caught collective operation timeout",
+            # torch's ProcessGroupNCCL: its watchdog hung on a collective, and the heartbeat
+            # monitor that then aborts the process (torch >= 2.2)
+            r"ProcessGroupNCCL's watchdog got stuck|Heartbeat monitor timed out",
             r"NCCL communicator was aborted",
             r"NCCL timeout",
             # torch.distributed's backend error type (also a C++ abort); Ascend's HCCL (NCCL's)
@@ -407,6 +415,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "exit code -",
             "exitcode -",
             "exitcode=-",
+            "exitcode: -",  # torchrun: "failed (exitcode: -11) local_rank: 0 (pid: 9) of binary"
             "exit_code=-",
             "killed by signal",
             "terminated by signal",
@@ -515,6 +524,26 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         exclude=[r"exit ?code:? ?[1-9]"],
     ),
     # --------------------------------------------- unknown (known, but no own label)
+    _rule(
+        "package_version_mismatch",
+        "unknown",
+        3,
+        ("does not match", "mismatches the version"),
+        # two installed pieces that must be the same release are not: FlashInfer's own check
+        # ("flashinfer-cubin version (0.6.6) does not match flashinfer version (0.6.4)"),
+        # torch's extension build ("The detected CUDA version (12.1) mismatches the version that
+        # was used to compile PyTorch (11.8)")
+        [
+            r"(?P<pkg_a>[\w.\-]+) version \((?P<ver_a>[^)]+)\) does not match (?P<pkg_b>[\w.\-]+) "
+            r"version \((?P<ver_b>[^)]+)\)",
+            r"The detected (?P<pkg_a>CUDA) version \((?P<ver_a>[^)]+)\) mismatches the version "
+            r"that was used to compile (?P<pkg_b>PyTorch) \((?P<ver_b>[^)]+)\)",
+        ],
+        "Two installed pieces that must match do not: {pkg_a} {ver_a} and {pkg_b} {ver_b}. The "
+        "environment is broken, not the model or its settings: install matching versions (the "
+        "release vLLM pins, in a fresh venv), or use the vLLM docker image.",
+        "version mismatch: {pkg_a} {ver_a} vs {pkg_b} {ver_b}",
+    ),
     _rule(
         "broken_install",
         "unknown",

@@ -354,6 +354,9 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
             r"(?:^|\s)(?:(?P<model>[\w.\-/]+) )?does not appear to have a file "
             r"named (?P<missing_file>(?:config|params)\.json|[\w.\-]+\.(?:safetensors|bin|gguf))",
+            # ... the same raised, its file name wrapped away from the line (a page's paste)
+            r"^(?:[\w.]+\.)?OSError: (?:(?P<model>[\w.\-/]+) )?does not appear to have a file "
+            r"named\s*$",
             r"^(?:[\w.]+\.)?HFValidationError\b",
             r"Repo id must (?:be in the form|use alphanumeric)[^:]*(?::\s*'(?P<model>[^']+)')?",
             r"RepositoryNotFoundError|Repository Not Found for url",

@@ -14,6 +14,7 @@ from kimi_ops.diagnose.markers import (
     _ARG_CHECK_FRAME_RE,
     _ATTN_FRAME_RE,
     _BARE_DEATH_RE,
+    _BARE_HTTP_START_RE,
     _CONFIG_FRAME_RE,
     _CONFIG_REFUSAL_RE,
     _DISPATCH,
@@ -68,8 +69,7 @@ from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL, RULES
 # analysing with C-speed scans (one ``re`` trie over a ``bytes.translate``d copy whose only
 # literal prefix is one byte, plus a few ``str.find`` needles), and ``_FULL_SCAN`` analyses
 # every line of a small excerpt's head, where a pasted log's one telling line may hold no
-# trigger word.
-# ``_line_events`` is memoised (the same lines repeat), and frequent "serving" markers are
+# trigger word. ``_line_events`` is memoised (the same lines repeat), frequent markers are
 # found per chunk with ``rfind``. The streaming ``_State`` is small and cloneable, and events
 # apply in log order, so feeding a log in any split gives exactly the whole-log diagnosis.
 # bench/bench_diagnose.py measures the throughput; tests check the fast path against
@@ -98,7 +98,7 @@ class _Line(NamedTuple):
 #   _EV_STAGE        (stage, progress, text, run_start, frequent, api_server)
 #   _EV_HEALTHY      (text, frequent)
 #   _EV_RULE         (rule name, text, groups)
-#   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker)
+#   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker, engine_logged)
 #   _EV_EXIT, _EV_SHUTDOWN  (text)
 #   _EV_HEADER, _EV_FRAME  (text, engine_logged)
 #   _EV_INPROC_READY (text, who: engine / driver / built, api_server)
@@ -250,7 +250,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         return tuple(events)
     ray_wrapper = "RayTaskError(" in text and _RAY_TASK_ERROR_RE.search(text) is not None
     if not ray_wrapper and _EXC_RE.match(text):
-        events.append((_EV_EXC, text, is_wrapper, False, False))
+        events.append((_EV_EXC, text, is_wrapper, False, False, False))
     elif ray_wrapper or _TRACEBACK in text:
         events.append((_EV_HEADER, text, False))
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
@@ -333,6 +333,17 @@ def _note_config_refusal(st: _State, exc: _Line) -> None:
         st.last_signal_pos = max(st.last_signal_pos, exc.pos)
 
 
+def _engine_after_bare_http_start(st: _State, stage: int) -> bool:
+    """Does the engine start loading after an HTTP server that only started (no routes, no
+    "startup complete")? vLLM's own server starts uvicorn after its engine is up."""
+    return (
+        _INITIALIZING_ENGINE <= stage < _ENGINE_INITIALIZED
+        and st.stage == _HEALTHY_STAGE
+        and st.healthy_text is not None
+        and _BARE_HTTP_START_RE.search(st.healthy_text) is not None
+    )
+
+
 def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     """Fold one event into the state (events arrive in log order)."""
     pos, kind = ev[0], ev[1]
@@ -348,7 +359,9 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             # a worker process failed (vLLM never recovers a worker): the driver's own progress
             # after it (its share of the weights still loading) is the same run going down
             return
-        if run_start:  # a new server run: the previous run's "up" / shutdown are history
+        if run_start or _engine_after_bare_http_start(st, stage):
+            # a new server run: the previous run's "up" / shutdown are history; or uvicorn
+            # started before an app that builds the engine (TRL's vllm-serve): not up
             st.stage, st.progress = stage, None
             st.healthy_pos, st.healthy_text, st.shutdown_pos = -1, None, -1
             st.stop_request_pos = -1
@@ -410,6 +423,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.last_vllm_frame_pos = pos
         if ev[5]:  # ... under a worker process's prefix (Ray's or vLLM's own workers)
             st.last_worker_crash_pos = pos
+        if ev[6]:  # ... by the engine process's own error logger (its fatal errors)
+            st.last_engine_log_frame_pos = pos
         if not ev[3]:
             if st.first_exc_since_progress is None:
                 st.first_exc_since_progress = line
@@ -535,7 +550,8 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
         elif kind == _EV_EXC:
             vllm_exc = _VLLM_ORIGIN_RE.search(raw) is not None
             worker = _WORKER_ORIGIN_RE.search(raw) is not None
-            events[i] = (*events[i][:-2], vllm_exc, worker)
+            engine = vllm_exc and "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None
+            events[i] = (*events[i][:-3], vllm_exc, worker, engine)
         elif "APIServer" in raw or "api_server" in raw:
             events[i] = (*events[i][:-1], True)
 

@@ -38,6 +38,7 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Value error",
     "Value 'sm_",
     "Watchdog caught",
+    "ProcessGroupNCCL",  # torch's NCCL process group: its watchdog and heartbeat monitor
     "Worker proc",
     "WorkerProc ",
     "Worker failed",
