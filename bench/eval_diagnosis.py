@@ -82,7 +82,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-u": ("e8d099d", "e2c34eb"),
     "blind-v": ("e85c47d", "e3924e5"),
     "blind-w": ("d2a7924", "1655bc3"),
-    "blind-x": ("f6ac018", None),
+    "blind-x": ("f6ac018", "5aa0085"),
 }
 
 
