@@ -23,7 +23,9 @@ def test_a_seed_fp8_failure_then_patch_then_ready_then_restore(dep: Deployment) 
     originals = {n: (dep.model / n).read_bytes() for n in ("config.json", "hf_quant_config.json")}
     first = dep.fab("deploy", patch_kv_config=False)
     assert first.returncode != 0, first.describe()
-    assert first.seconds < 15, first.describe()
+    # read from the log as it failed, not by waiting out the startup timeout (a fixed bound
+    # below it failed once on a loaded machine: 22 s)
+    assert first.seconds < dep.config()["kimi"]["startup_timeout"], first.describe()
     assert "kv_cache_dtype_unsupported" in first.output, first.describe()
     assert "fab patch-kv-config" in first.output and "0.18" in first.output
 
