@@ -33,6 +33,7 @@ MODULES = (
     "words",
     "markers",
     "candidates",
+    "events",
     "scanner",
     "decide",
     "diagnoser",

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 
 from kimi_ops.diagnose.clean import clean_line
+from kimi_ops.diagnose.events import _ENGINE_INITIALIZED
 from kimi_ops.diagnose.hints import (
     _KV_FIX_CPU,
     _KV_FIX_NEW,
@@ -38,7 +39,7 @@ from kimi_ops.diagnose.rules import (
     _QUANT_DTYPE_CPU_RULE,
     RULES,
 )
-from kimi_ops.diagnose.scanner import _ENGINE_INITIALIZED, _Hit, _Line, _State, _truncate
+from kimi_ops.diagnose.scanner import _Hit, _Line, _State, _truncate
 
 
 def _context_values(context: Mapping[str, object]) -> dict[str, str]:
@@ -205,8 +206,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         hit = st.hits.get(rule.name)
         if hit is None or (shutdown is not None and hit.pos >= shutdown):
             continue
-        if rule.weak and st.last_signal_pos <= hit.pos:
-            continue
+        if rule.weak and st.last_signal_pos <= hit.pos and hit.pos != st.last_engine_log_frame_pos:
+            continue  # (unless the engine's own error logger printed it: it died of it)
         active.append((rule, hit))
 
     root = st.first_exc_since_progress or st.first_exc_since_healthy

@@ -528,11 +528,15 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "package_version_mismatch",
         "unknown",
         3,
-        ("does not match", "mismatches the version"),
+        (
+            "does not match",
+            "mismatches the version",
+        ),
         # two installed pieces that must be the same release are not: FlashInfer's own check
         # ("flashinfer-cubin version (0.6.6) does not match flashinfer version (0.6.4)"),
         # torch's extension build ("The detected CUDA version (12.1) mismatches the version that
-        # was used to compile PyTorch (11.8)")
+        # was used to compile PyTorch (11.8)"); an import refusing a version (Numba's "needs
+        # NumPy 2.2 or less") is import_failed's, which an optional import may survive
         [
             r"(?P<pkg_a>[\w.\-]+) version \((?P<ver_a>[^)]+)\) does not match (?P<pkg_b>[\w.\-]+) "
             r"version \((?P<ver_b>[^)]+)\)",

@@ -1,0 +1,185 @@
+"""One log line to its events: what a cleaned line says (stage, fact, rule, exception, exit,
+shutdown, traceback frame, in-process readiness), and the flags only its raw form shows (which
+process or logger printed it). The scanner folds the events into its state in log order."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from kimi_ops.diagnose.candidates import _OPEN_FRAME
+from kimi_ops.diagnose.clean import clean_line
+from kimi_ops.diagnose.markers import (
+    _ALL_KEYWORDS,
+    _DISPATCH,
+    _ENGINE_LOGGER_RE,
+    _EXC_RE,
+    _EXIT_KEYWORDS,
+    _EXIT_RE,
+    _FACT_PATTERNS,
+    _FRAME_RE,
+    _IGNORED_PREFIXES,
+    _INPROC_KEYWORDS,
+    _INPROC_READY_RE,
+    _NATIVE_FRAME_RE,
+    _PROGRESS_RE,
+    _RAY_TASK_ERROR_RE,
+    _RUN_START,
+    _SHUTDOWN_KEYWORDS,
+    _SIG_FACT,
+    _SIG_STAGE,
+    _SOURCE_LINE_RE,
+    _STAGE_MARKERS,
+    _STOP_ONLY_KEYWORDS,
+    _STOP_REQUEST_RE,
+    _TRACEBACK,
+    _VLLM_ORIGIN_RE,
+    _WORKER_ORIGIN_RE,
+)
+from kimi_ops.diagnose.model import _HEALTHY_STAGE, _STAGE_INDEX, _WRAP_MIN
+from kimi_ops.diagnose.rules import RULES
+
+# Event kinds; on one line they apply in this order. An event is a tuple (pos, kind, ...):
+#   _EV_FACT         (groups)
+#   _EV_STAGE        (stage, progress, text, run_start, frequent, api_server)
+#   _EV_HEALTHY      (text, frequent)
+#   _EV_RULE         (rule name, text, groups)
+#   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker, engine_logged)
+#   _EV_EXIT, _EV_SHUTDOWN  (text)
+#   _EV_HEADER, _EV_FRAME  (text, engine_logged)
+#   _EV_INPROC_READY (text, who: engine / driver / built, api_server)
+# The flags after the text of an exception, a traceback header or frame, or an in-process-ready
+# event are what only the raw line shows (set by _mark_raw_facts); "frequent" marks a serving
+# marker that _FREQ_HEALTHY's scan found.
+_EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
+_EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY = 7, 8, 9
+_ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
+_INITIALIZING_ENGINE = _STAGE_INDEX["initializing_engine"]
+
+
+def _analyze(text: str, pos: int, events: list[tuple[Any, ...]], *, joined: bool) -> None:
+    """Append the events one cleaned line produces (at log position ``pos``)."""
+    for tpl in _line_events(text, joined):
+        events.append((pos, *tpl))
+
+
+@lru_cache(maxsize=4096)
+def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
+    """The events of one cleaned line, without position (cached: lines repeat a lot).
+
+    A ``joined`` text (a line plus its hard-wrapped continuation) only yields rule and
+    fact events: its stage markers and crash lines were already seen line by line.
+    """
+    events: list[tuple[Any, ...]] = []
+    present = [k for k in _ALL_KEYWORDS if k in text]
+    stages: set[int] = set()
+    facts: set[int] = set()
+    rules: set[int] = set()
+    for k in present:
+        for kind, idx in _DISPATCH.get(k, ()):
+            (stages if kind == _SIG_STAGE else facts if kind == _SIG_FACT else rules).add(idx)
+    best_stage = -1
+    if not joined and not (stages and _SOURCE_LINE_RE.match(text)):
+        for idx in stages:
+            mk = _STAGE_MARKERS[idx]
+            if mk.stage > best_stage and (mk.pattern is None or mk.pattern.search(text)):
+                best_stage = mk.stage
+    if best_stage >= 0:
+        pm = _PROGRESS_RE.search(text)
+        progress = f"{pm.group(1)}/{pm.group(2)}" if pm else None
+        events.append((_EV_STAGE, best_stage, progress, text, _RUN_START in text, False, False))
+        if best_stage >= _HEALTHY_STAGE:
+            events.append((_EV_HEALTHY, text, False))
+    for idx in sorted(facts):
+        m = _FACT_PATTERNS[idx][1].search(text)
+        if m is not None:
+            groups = {k: v for k, v in m.groupdict().items() if v}
+            if groups:
+                events.append((_EV_FACT, groups))
+    is_wrapper = False
+    for idx in sorted(rules):
+        rule = RULES[idx]
+        groups = rule._search(text)
+        if groups is not None:
+            events.append((_EV_RULE, rule.name, text, groups))
+            if rule.label == "engine_dead_other":
+                is_wrapper = True
+    if joined:
+        return tuple(events)
+    ray_wrapper = "RayTaskError(" in text and _RAY_TASK_ERROR_RE.search(text) is not None
+    if not ray_wrapper and _EXC_RE.match(text):
+        events.append((_EV_EXC, text, is_wrapper, False, False, False))
+    elif ray_wrapper or _TRACEBACK in text:
+        events.append((_EV_HEADER, text, False))
+    exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
+    if exit_line or _NATIVE_FRAME_RE.match(text):  # ... or a crash handler's native backtrace
+        events.append((_EV_EXIT, text))
+    if present and (
+        not _SHUTDOWN_KEYWORDS.isdisjoint(present)
+        or (not _STOP_ONLY_KEYWORDS.isdisjoint(present) and _STOP_REQUEST_RE.search(text))
+    ):
+        events.append((_EV_SHUTDOWN, text))
+    if present and not _INPROC_KEYWORDS.isdisjoint(present):
+        m = _INPROC_READY_RE.search(text)
+        if m is not None:  # who says so: the engine ("Supported tasks"), a driver, a builder
+            events.append((_EV_INPROC_READY, text, m.lastgroup or "engine", False))
+    if _FRAME_RE.match(text):
+        events.append((_EV_FRAME, text, False))
+    return tuple(events)
+
+
+def _is_continuation(prev_raw: str, cur_clean: str) -> bool:
+    """Is this line the hard-wrapped rest of the (long) previous one?"""
+    if len(prev_raw) < _WRAP_MIN or not cur_clean.strip():
+        return False
+    return not cur_clean.startswith(
+        (_TRACEBACK, "File ", "  ", "\t", "During handling", "The above exception")
+    )
+
+
+def _analyze_join(prev_raw: str, cur_raw: str, pos: int, events: list[tuple[Any, ...]]) -> None:
+    cur = clean_line(cur_raw)
+    if _OPEN_FRAME.search(prev_raw + "\n"):
+        cur = cur.lstrip()  # a frame's path cut mid-way: the rest, whatever the page's indent
+    elif not _is_continuation(prev_raw, cur):
+        return
+    prev = clean_line(prev_raw)
+    if prev.startswith(_IGNORED_PREFIXES):
+        return
+    for sep in ("", " "):
+        _analyze(prev + sep + cur, pos, events, joined=True)
+
+
+def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
+    """Flag what only the raw line shows (clean_line removed it): an exception line that vLLM
+    printed (its logger's format or process prefix), and whether a worker process did; a
+    traceback header or frame that the engine's own error logger printed; a "Supported
+    tasks" line that is the API server's (logger ``api_server.py`` or an ``(APIServer
+    pid=..)`` prefix): that one is no in-process engine being ready (its HTTP server is still
+    to start)."""
+    raw = ""
+    for i in range(start, len(events)):
+        kind = events[i][1]
+        if kind == _EV_STAGE and events[i][2] <= _INITIALIZING_ENGINE:
+            raw = raw or scan[ls : scan.find("\n", ls)][:200]
+            if "APIServer" in raw or "api_server" in raw:  # the API server's "non-default args"
+                events[i] = (*events[i][:7], True)
+            continue
+        if (
+            kind != _EV_EXC
+            and kind != _EV_INPROC_READY
+            and kind != _EV_FRAME
+            and kind != _EV_HEADER
+        ):
+            continue
+        raw = raw or scan[ls : scan.find("\n", ls)][:200]
+        if kind in (_EV_FRAME, _EV_HEADER):
+            if "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw):
+                events[i] = (*events[i][:-1], True)
+        elif kind == _EV_EXC:
+            vllm_exc = _VLLM_ORIGIN_RE.search(raw) is not None
+            worker = _WORKER_ORIGIN_RE.search(raw) is not None
+            engine = vllm_exc and "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None
+            events[i] = (*events[i][:-3], vllm_exc, worker, engine)
+        elif "APIServer" in raw or "api_server" in raw:
+            events[i] = (*events[i][:-1], True)
