@@ -83,7 +83,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-v": ("e85c47d", "e3924e5"),
     "blind-w": ("d2a7924", "1655bc3"),
     "blind-x": ("f6ac018", "5aa0085"),
-    "blind-y": ("e07f90f", None),
+    "blind-y": ("e07f90f", "997f396"),
 }
 
 
