@@ -128,3 +128,9 @@ def test_an_http_server_that_starts_before_its_engine_is_not_up_until_the_app_is
     assert d.label == "healthy", d.summary
     # vLLM's own server: uvicorn after the engine, so its start is the server up
     assert diagnose(engine + head).label == "healthy"
+
+
+def test_a_kv_write_kernel_named_outside_an_error_is_no_failure() -> None:
+    fp8 = "INFO 01-01 00:00:01 [config.py:1] non-default args: {'kv_cache_dtype': 'fp8'}\n"
+    listed = "INFO 01-01 00:00:20 [profiler.py:1] kernel reshape_and_cache_flash: 12 us\n"
+    assert diagnose(fp8 + UP + listed).label == "healthy"

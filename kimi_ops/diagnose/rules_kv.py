@@ -171,9 +171,9 @@ KV_DTYPE_RULES: tuple[Rule, ...] = (
         # the op that writes keys and values into the KV cache failed (torch_npu's RuntimeError
         # naming the op that failed; an error in CUDA's reshape_and_cache kernel): it counts
         # only when the KV cache was asked to be FP8 (see _fp8_in_kv_cache), the dtype that op
-        # then writes
+        # then writes; an error line names it (not a kernel list or a profile)
         [
-            r"(?:Error|operator name is|failed in|kernel)\b.*?\b(?P<kv_op>Reshape(?:And)?Cache\w*|"
+            r"(?:Error\b.*?|operator name is |failed in )\b(?P<kv_op>Reshape(?:And)?Cache\w*|"
             r"reshape_and_cache\w*)",
         ],
         "The op that writes the KV cache ({kv_op}) failed with the KV cache in "
