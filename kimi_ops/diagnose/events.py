@@ -42,7 +42,7 @@ from kimi_ops.diagnose.rules import RULES
 # Event kinds; on one line they apply in this order. An event is a tuple (pos, kind, ...):
 #   _EV_FACT         (groups)
 #   _EV_STAGE        (stage, progress, text, run_start, frequent, api_server)
-#   _EV_HEALTHY      (text, frequent)
+#   _EV_HEALTHY      (text, frequent, progress)
 #   _EV_RULE         (rule name, text, groups)
 #   _EV_EXC          (text, is_wrapper, vllm_printed, from_worker, engine_logged)
 #   _EV_EXIT, _EV_SHUTDOWN  (text)
@@ -89,7 +89,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         progress = f"{pm.group(1)}/{pm.group(2)}" if pm else None
         events.append((_EV_STAGE, best_stage, progress, text, _RUN_START in text, False, False))
         if best_stage >= _HEALTHY_STAGE:
-            events.append((_EV_HEALTHY, text, False))
+            events.append((_EV_HEALTHY, text, False, progress))
     for idx in sorted(facts):
         m = _FACT_PATTERNS[idx][1].search(text)
         if m is not None:
@@ -158,6 +158,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
     pid=..)`` prefix): that one is no in-process engine being ready (its HTTP server is still
     to start)."""
     raw = ""
+    engine: bool | None = None  # printed by the engine's own error logger (computed once)
     for i in range(start, len(events)):
         kind = events[i][1]
         if kind == _EV_STAGE and events[i][2] <= _INITIALIZING_ENGINE:
@@ -173,13 +174,14 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
         ):
             continue
         raw = raw or scan[ls : scan.find("\n", ls)][:200]
+        if engine is None:
+            engine = "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None
         if kind in (_EV_FRAME, _EV_HEADER):
-            if "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw):
+            if engine:
                 events[i] = (*events[i][:-1], True)
         elif kind == _EV_EXC:
             vllm_exc = _VLLM_ORIGIN_RE.search(raw) is not None
             worker = _WORKER_ORIGIN_RE.search(raw) is not None
-            engine = vllm_exc and "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None
-            events[i] = (*events[i][:-3], vllm_exc, worker, engine)
+            events[i] = (*events[i][:-3], vllm_exc, worker, vllm_exc and engine)
         elif "APIServer" in raw or "api_server" in raw:
             events[i] = (*events[i][:-1], True)

@@ -216,8 +216,8 @@ def _note_config_refusal(st: _State, exc: _Line) -> None:
         st.last_signal_pos = max(st.last_signal_pos, exc.pos)
 
 
-def _crashed_since_progress(st: _State) -> bool:
-    return st.last_crash_pos > st.last_progress_pos
+def _bar_at_zero_after_crash(st: _State, progress: str | None) -> bool:
+    return bool(progress) and progress.startswith("0/") and st.last_crash_pos > st.last_progress_pos
 
 
 def _engine_after_bare_http_start(st: _State, stage: int) -> bool:
@@ -240,7 +240,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         stage, progress, text, run_start = ev[2], ev[3], ev[4], ev[5]
         if ev[6] and _traffic_after_exit(st):
             return
-        if progress and progress.startswith("0/") and _crashed_since_progress(st):
+        if _bar_at_zero_after_crash(st, progress):
             return  # a progress bar at 0 flushed after the crash: nothing progressed
         if not run_start and st.last_worker_crash_pos > st.last_progress_pos:
             # a worker process failed (vLLM never recovers a worker): the driver's own progress
@@ -274,9 +274,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             return
         if frequent and _traffic_after_exit(st):
             return
-        bar = _PROGRESS_RE.search(ev[2]) if "|" in ev[2] else None
-        if bar is not None and bar.group(1) == "0" and _crashed_since_progress(st):
-            return  # (an offline run's bar at 0 after the crash, as for the stage above)
+        if _bar_at_zero_after_crash(st, ev[4]):
+            return  # (as for its stage above)
         if pos > st.healthy_pos:
             st.healthy_pos = pos
             st.healthy_text = ev[2]
@@ -357,22 +356,22 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         built = st.stage >= _ENGINE_INITIALIZED or ev[3] == "built"  # (verl: rollout built)
         if built and st.healthy_pos < 0 and not st.hits and recovered:
             _apply(st, (pos, _EV_STAGE, _HEALTHY_STAGE, None, ev[2], False, False, False))
-            _apply(st, (pos, _EV_HEALTHY, ev[2], False))
+            _apply(st, (pos, _EV_HEALTHY, ev[2], False, None))
             st.facts["in_process"] = "true"
     elif kind == _EV_FRAME:
         # a traceback is printed because an exception propagated: even cut before its
         # exception line, the process failed (the cause is what the excerpt lacks)
-        first = st.last_header is not None and (
-            st.last_frame is None or st.last_frame.pos < st.last_header.pos
-        )
-        st.last_frame = _Line(pos, ev[2])
-        st.last_crash_pos = pos
         if ev[3]:
             st.last_engine_log_frame_pos = pos
+            first = st.last_header is not None and (
+                st.last_frame is None or st.last_frame.pos < st.last_header.pos
+            )
             if _SURVIVED_FRAME_RE.search(ev[2]) or (
                 first and _SURVIVED_FIRST_FRAME_RE.search(ev[2])
             ):
                 st.last_survived_frame_pos = pos
+        st.last_frame = _Line(pos, ev[2])
+        st.last_crash_pos = pos
         if "/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2]):
             st.last_vllm_frame_pos = pos
             if _ARG_CHECK_FRAME_RE.search(ev[2]):
@@ -425,7 +424,7 @@ def _process(st: _State, block: str) -> None:
             ready, bar = _STAGE_INDEX["ready"], _PROGRESS_RE.search(text)
             progress = f"{bar.group(1)}/{bar.group(2)}" if bar else None  # (an offline run's)
             events.append((base + ls, _EV_STAGE, ready, progress, text, False, True, False))
-            events.append((base + ls, _EV_HEALTHY, text, True))
+            events.append((base + ls, _EV_HEALTHY, text, True, progress))
     starts = _candidate_lines(scan)
     if base < _FULL_SCAN:
         head = _FULL_SCAN - base
