@@ -307,8 +307,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     # traceback after the server was up, and not one the engine survives: the engine died
     engine_died_after_up = (
         healthy
-        and st.last_engine_log_frame_pos > st.healthy_pos
-        and st.last_survived_frame_pos <= st.healthy_pos
+        and _engine_logger_death_since(st, st.healthy_pos)
         and (shutdown is None or st.last_engine_log_frame_pos < shutdown)
     )
     if crashed_before_up or died_after_up or engine_died_after_up:
@@ -353,6 +352,12 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     )
     evidence = (_truncate(st.stage_text),) if st.stage_text else ()
     return Diagnosis("starting", stage, progress, evidence, hint, summary, facts)
+
+
+def _engine_logger_death_since(st: _State, pos: int) -> bool:
+    """Did the engine's own error logger (it prints the engine's fatal errors only) print a
+    traceback line after ``pos``, in none the engine survives (a utility call, one request)?"""
+    return st.last_engine_log_frame_pos > pos and st.last_survived_frame_pos <= pos
 
 
 def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
@@ -447,8 +452,7 @@ def _generic_unknown(
     if (
         not candidates  # a traceback without its exception (nor an exit after it)
         and main is not None
-        and st.last_engine_log_frame_pos > st.last_progress_pos
-        and st.last_survived_frame_pos <= st.last_progress_pos
+        and _engine_logger_death_since(st, st.last_progress_pos)
     ):
         # the engine's own error logger printed a traceback (it prints the engine's fatal
         # errors only; the API server's own traceback may follow it): the engine died, though
