@@ -134,3 +134,26 @@ def test_a_kv_write_kernel_named_outside_an_error_is_no_failure() -> None:
     fp8 = "INFO 01-01 00:00:01 [config.py:1] non-default args: {'kv_cache_dtype': 'fp8'}\n"
     listed = "INFO 01-01 00:00:20 [profiler.py:1] kernel reshape_and_cache_flash: 12 us\n"
     assert diagnose(fp8 + UP + listed).label == "healthy"
+
+
+def test_unsloth_s_loader_re_raising_the_engine_s_error_is_the_engine_s_error() -> None:
+    # unsloth_zoo's load_vllm catches the engine's exception and raises its text again, so no
+    # frame of vLLM's own is left: the exception is still the engine failing to initialise
+    head = "[rank0]: Traceback (most recent call last):\n"
+    frames = (
+        '[rank0]:   File "/env/lib/python3.11/site-packages/unsloth/models/llama.py", '
+        "line 1900, in from_pretrained\n"
+        "[rank0]:     llm = load_vllm(**load_vllm_kwargs)\n"
+        '[rank0]:   File "/env/lib/python3.11/site-packages/unsloth_zoo/vllm_utils.py", '
+        "line 1300, in load_vllm\n"
+        "[rank0]:     raise RuntimeError(error)\n"
+    )
+    exc = "[rank0]: RuntimeError: Layer name clash: model.layers.3.mlp\n"
+    d = diagnose(head + frames + exc)
+    assert d.label == "engine_dead_other", d.summary
+    # the same exception raised by the trainer's own code is not the engine's
+    other = frames.replace("unsloth_zoo/vllm_utils.py", "unsloth_zoo/rl_utils.py").replace(
+        "load_vllm\n", "prepare\n"
+    )
+    d = diagnose(head + other + exc)
+    assert d.label == "unknown", d.summary

@@ -418,6 +418,9 @@ _VLLM_CODE_RE = re.compile(
     r"logprobs|connections|tasks|exceptions|block|beam_search|scripts|version|config|utils|"
     r"tracing|model_inspection|collect_env|test_utils)\.py\b)"
 )
+#: A library's vLLM loader that catches the engine's exception and re-raises its text:
+#: Unsloth's ``load_vllm`` (``raise RuntimeError(error)``). The exception is vLLM's own.
+_VLLM_RERAISE_FRAME_RE = re.compile(r"/unsloth_zoo/vllm_utils\.py\S*, line \d+, in load_vllm\b")
 #: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:
 #: where an FP8 dtype failure happened tells whose FP8 it is (the KV cache's or the weights').
 _ATTN_FRAME_RE = re.compile(
