@@ -27,6 +27,7 @@ MODULES = (
     "rules_setup",
     "rules_device",
     "rules_runtime",
+    "rules_process",
     "rules_engine",
     "rules_host",
     "rules",

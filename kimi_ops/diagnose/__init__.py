@@ -39,10 +39,11 @@ Design
 Modules, in dependency order (each imports only from those before it): ``model`` (labels,
 stages, :class:`Rule`, :class:`Diagnosis`), ``clean`` (line decorations), ``hints`` (hint
 texts that are no single rule's), ``options`` (vLLM's engine option names), ``rules_kv``,
-``rules_setup``, ``rules_device``, ``rules_runtime``, ``rules_engine`` and ``rules_host`` (the
-rule table, one record per failure signature), ``rules`` (the joined :data:`RULES`),
-``markers`` (stage and fact patterns), ``scanner`` (the fast line filter and the streaming
-state), ``decide`` (state -> Diagnosis), ``diagnoser`` (:class:`LogDiagnoser`,
+``rules_setup``, ``rules_device``, ``rules_runtime``, ``rules_process``, ``rules_engine`` and
+``rules_host`` (the rule table, one record per failure signature), ``rules`` (the joined
+:data:`RULES`), ``words`` (trigger words), ``markers`` (stage and fact patterns),
+``candidates`` (the fast line filter), ``events`` (one line's events), ``scanner`` (the
+streaming state), ``decide`` (state -> Diagnosis), ``diagnoser`` (:class:`LogDiagnoser`,
 :func:`diagnose`). A host runs them as
 one uploaded file, ``kimi_diagnose.py``, joined by ``tasks/bundle.py``.
 """

@@ -8,10 +8,13 @@ from kimi_ops.diagnose.model import Rule
 from kimi_ops.diagnose.rules_device import DEVICE_RULES
 from kimi_ops.diagnose.rules_engine import ENGINE_RULES
 from kimi_ops.diagnose.rules_host import HOST_RULES
+from kimi_ops.diagnose.rules_process import PROCESS_RULES
 from kimi_ops.diagnose.rules_runtime import RUNTIME_RULES
 from kimi_ops.diagnose.rules_setup import SETUP_RULES
 
-RULES: tuple[Rule, ...] = SETUP_RULES + DEVICE_RULES + RUNTIME_RULES + ENGINE_RULES + HOST_RULES
+RULES: tuple[Rule, ...] = (
+    SETUP_RULES + DEVICE_RULES + RUNTIME_RULES + PROCESS_RULES + ENGINE_RULES + HOST_RULES
+)
 _RULE_LABEL: dict[str, str] = {r.name: r.label for r in RULES}
 _RULE_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 #: ``fp8_type_unsupported_arch`` when the kernel that needs FP8 is the KV-cache write: the
