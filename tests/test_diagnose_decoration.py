@@ -10,6 +10,7 @@ it, so each excerpt is decorated line by line and diagnosed again.
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,8 +20,27 @@ from kimi_ops.diagnose import diagnose
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
 
-#: Each prefixes every line, as the tool in its name does.
+#: vLLM's own ColoredFormatter (vllm/logging_utils/formatter.py, on a terminal or under
+#: ``docker run -t``): the level in its colour, the time and ``[file.py:N]`` in grey.
+_VLLM_RECORD_RE = re.compile(
+    r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) (\[[\w./-]+:\d+\])"
+)
+_LEVEL_COLOUR = {"DEBUG": 37, "INFO": 32, "WARNING": 33, "ERROR": 31, "CRITICAL": 35}
+
+
+def _vllm_colours(line: str) -> str:
+    return _VLLM_RECORD_RE.sub(
+        lambda m: (
+            f"\x1b[{_LEVEL_COLOUR[m[1]]}m{m[1]}\x1b[0m \x1b[90m{m[2]}\x1b[0m \x1b[90m{m[3]}\x1b[0m"
+        ),
+        line,
+    )
+
+
+#: Each prefixes every line, as the tool in its name does (vllm_colour: colours vLLM's
+#: records as its own formatter does).
 DECORATIONS: dict[str, Callable[[str], str]] = {
+    "vllm_colour": _vllm_colours,
     "compose": lambda line: "vllm-1  | " + line,
     "kubectl": lambda line: "[pod/vllm-0/vllm] " + line,
     "shipper": lambda line: "2026-01-01T00:00:00.123456789Z " + line,

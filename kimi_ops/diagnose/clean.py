@@ -43,6 +43,18 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
 _GLUED_RE = re.compile(r"\((?:[^()\s]+ )*?pid=\d+[^()]*\) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 
 
+def uncolored(line: str) -> str:
+    """``line`` without ANSI colour codes (the ESC byte's and caret notation's) and with
+    nothing else changed: vLLM's own colour formatter (a terminal, ``docker run -t``) wraps the
+    level, the time and ``[file.py:N]`` in codes, which the raw-line checks (whose logger, which
+    process prefix) must not see."""
+    if "\x1b" in line:
+        line = _ANSI_RE.sub("", line)
+    if "^[[" in line:
+        line = _CARET_ANSI_RE.sub("", line)
+    return line
+
+
 def clean_line(line: str) -> str:
     """Return the message of one log line, without decoration.
 

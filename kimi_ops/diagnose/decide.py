@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from kimi_ops.diagnose.clean import clean_line
+from kimi_ops.diagnose.clean import clean_line, uncolored
 from kimi_ops.diagnose.events import _ENGINE_INITIALIZED
 from kimi_ops.diagnose.hints import (
     _KV_FIX_CPU,
@@ -390,7 +390,7 @@ def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
         if went_on is None and (
             ln
             and bare[:1] not in " \t"
-            and not _VLLM_ORIGIN_RE.search(line)
+            and not _VLLM_ORIGIN_RE.search(uncolored(line))
             and not _NOT_CALLER_RE.search(ln)
         ):
             if not until_stop:

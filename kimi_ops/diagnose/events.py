@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from kimi_ops.diagnose.candidates import _OPEN_FRAME
-from kimi_ops.diagnose.clean import clean_line
+from kimi_ops.diagnose.clean import clean_line, uncolored
 from kimi_ops.diagnose.markers import (
     _ALL_KEYWORDS,
     _DISPATCH,
@@ -162,7 +162,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
     for i in range(start, len(events)):
         kind = events[i][1]
         if kind == _EV_STAGE and events[i][2] <= _INITIALIZING_ENGINE:
-            raw = raw or scan[ls : scan.find("\n", ls)][:200]
+            raw = raw or uncolored(scan[ls : scan.find("\n", ls)][:300])[:200]
             if "APIServer" in raw or "api_server" in raw:  # the API server's "non-default args"
                 events[i] = (*events[i][:7], True)
             continue
@@ -173,7 +173,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
             and kind != _EV_HEADER
         ):
             continue
-        raw = raw or scan[ls : scan.find("\n", ls)][:200]
+        raw = raw or uncolored(scan[ls : scan.find("\n", ls)][:300])[:200]
         if engine is None:
             engine = "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None
         if kind in (_EV_FRAME, _EV_HEADER):
