@@ -3,7 +3,8 @@ viewers and pastes wrap lines, gets the label it gets bare.
 
 The real excerpts in ``tests/fixtures/corpus`` come with whatever decoration their source had;
 the same log reaches users through docker compose, ``kubectl logs --prefix``, timestamping
-log shippers, markdown quotes and k9s. A rule that only works on one decoration is fitted to
+log shippers, markdown quotes, k9s, the launchers' per-rank labels (srun, torchrun, mpirun)
+and vLLM's own colour formatter. A rule that only works on one decoration is fitted to
 it, so each excerpt is decorated line by line and diagnosed again.
 """
 
@@ -46,6 +47,9 @@ DECORATIONS: dict[str, Callable[[str], str]] = {
     "shipper": lambda line: "2026-01-01T00:00:00.123456789Z " + line,
     "viewer": lambda line: "2026-01-01 00:00:00.123 | " + line,
     "quote": lambda line: "> " + line,
+    "srun": lambda line: "0: " + line,  # srun --label (Slurm)
+    "torchrun": lambda line: "[default0]:" + line,  # torchrun --tee
+    "mpirun": lambda line: "[1,0]<stderr>:" + line,  # mpirun --tag-output
 }
 
 #: Pastes hard-wrapped at a terminal's width: a viewer would prefix the whole logical line

@@ -26,6 +26,9 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \[pod/[\w.\-]+/[\w.\-]+\](?:[ ]|$)                    # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
       | \[rank\d+\]:[ ]?                                      # torch rank prefix
+      | \[default\d+\]:                                       # torchrun's --tee / --redirects
+      | \[\d+,\d+\]<std(?:out|err)>:[ ]?                      # mpirun --tag-output
+      | [ ]*\d{1,5}:[ ]                                       # srun --label: "0: "
       | E[ ]{3,7}                                             # pytest's failure lines
       | [ ]*\|[ ](?=[ ]*(?:File[ ]"|Traceback[ ]|[\w.]+(?:Error|Exception)\b))  # loguru, ExcGroup
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags

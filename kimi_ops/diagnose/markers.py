@@ -383,7 +383,7 @@ _SOURCE_LINE_RE = re.compile(r"""^\s+(?:-*>\s*)?(?:\d+\s+)?[\w.]*\w\(\s*f?["']""
 #: A line printed by vLLM itself: its logger's format (``ERROR 08-05 07:31:10 [core.py:12]``,
 #: before 0.8 without ``[``) or its processes' prefixes: an exception raised or logged by vLLM.
 _VLLM_ORIGIN_RE = re.compile(  # (a custom date format may add the year)
-    r"(?:^|[\s|)\]>*])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?:^|[\s|)\]>*:])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.\-/]+\.py:\d+\]"
     r"|\((?:EngineCore|VllmWorker|Worker_|APIServer|RayWorkerWrapper)[^()]*pid=\d+"
 )
