@@ -45,6 +45,7 @@ DECORATIONS: dict[str, Callable[[str], str]] = {
     "compose": lambda line: "vllm-1  | " + line,
     "kubectl": lambda line: "[pod/vllm-0/vllm] " + line,
     "shipper": lambda line: "2026-01-01T00:00:00.123456789Z " + line,
+    "cri": lambda line: "2026-01-01T00:00:00.123456789Z stderr F " + line,  # /var/log/pods
     "viewer": lambda line: "2026-01-01 00:00:00.123 | " + line,
     "quote": lambda line: "> " + line,
     "srun": lambda line: "0: " + line,  # srun --label (Slurm)

@@ -21,6 +21,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | (?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?                  # docker compose "svc-1  | "
       | [ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
         (?:\|[ ]?)?                                          # ... "ts | " (log viewers)
+        (?:std(?:out|err)[ ][FP][ ])?                        # ... CRI's stream and tag
       | \w{3,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
       | [│┃][ ]*                                              # k9s / kubectl box border
       | \[pod/[\w.\-]+/[\w.\-]+\](?:[ ]|$)                    # kubectl logs --prefix
