@@ -31,7 +31,8 @@ Design
   stage, a few error lines) plus a tail of the last lines; feeding a log in any split
   gives exactly the same diagnosis as feeding it whole.
 * Robustness: prefixes (``(APIServer pid=1)``, ``[rank0]:``, docker-compose
-  ``svc-1  | ``, timestamps, markdown ``> ``, ANSI colours) are stripped before
+  ``svc-1  | ``, timestamps, CRI's ``stderr F``, markdown ``> ``, the launchers' rank
+  labels ``0: `` / ``[default0]:`` / ``[1,0]<stderr>:``, ANSI colours) are stripped before
   matching; ``\\r`` tqdm updates are separate lines; a hard-wrapped line is also
   matched joined with its continuation; request-log lines (which quote user prompts)
   are ignored.
