@@ -22,6 +22,7 @@ from kimi_ops.diagnose.markers import (
     _INPROC_KEYWORDS,
     _INPROC_READY_RE,
     _NATIVE_FRAME_RE,
+    _PANIC_RE,
     _PROGRESS_RE,
     _RAY_TASK_ERROR_RE,
     _RUN_START,
@@ -107,7 +108,9 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     if joined:
         return tuple(events)
     ray_wrapper = "RayTaskError(" in text and _RAY_TASK_ERROR_RE.search(text) is not None
-    if not ray_wrapper and _EXC_RE.match(text):
+    if not ray_wrapper and (
+        _EXC_RE.match(text) or ("panicked at" in text and _PANIC_RE.match(text))
+    ):
         events.append((_EV_EXC, text, is_wrapper, False, False, False))
     elif ray_wrapper or _TRACEBACK in text:
         events.append((_EV_HEADER, text, False))

@@ -214,6 +214,9 @@ _EXC_RE = re.compile(  # indented when pasted in a document or a chained traceba
     r"^\s*(?:[A-Za-z_]\w*\.)*(?:\w*(?:Error|Exception|Interrupt|Exit)|Error)(?:\([\w.]+\))?"
     r"(?::(?:\s.*)?)?$"
 )
+#: A Rust program's panic (a Rust front end such as Dynamo's, a tokenizer's thread): the
+#: thread's name, maybe its id, then where; the message follows (Rust >= 1.73) or is quoted.
+_PANIC_RE = re.compile(r"^\s*thread '[^']*'(?: \(\d+\))? panicked at ")
 #: Ray's wrapper of a remote task's exception, "RayTaskError(RuntimeError): ray::Actor.method()
 #: (pid=..)": the remote traceback and then the exception itself follow it, so it is a header.
 _RAY_TASK_ERROR_RE = re.compile(r"RayTaskError\([\w.]+\): ray::")
@@ -418,9 +421,14 @@ _VLLM_CODE_RE = re.compile(
     r"logprobs|connections|tasks|exceptions|block|beam_search|scripts|version|config|utils|"
     r"tracing|model_inspection|collect_env|test_utils)\.py\b)"
 )
-#: A library's vLLM loader that catches the engine's exception and re-raises its text:
-#: Unsloth's ``load_vllm`` (``raise RuntimeError(error)``). The exception is vLLM's own.
-_VLLM_RERAISE_FRAME_RE = re.compile(r"/unsloth_zoo/vllm_utils\.py\S*, line \d+, in load_vllm\b")
+#: Frames that are vLLM's engine under another name: a library's vLLM loader that catches the
+#: engine's exception and re-raises its text (Unsloth's ``load_vllm``: ``raise
+#: RuntimeError(error)``), and a fork's own package (Aphrodite, vLLM's code renamed).
+_VLLM_KIN_FRAME_RE = re.compile(
+    r"/unsloth_zoo/vllm_utils\.py\S*, line \d+, in load_vllm\b"
+    r"|/aphrodite/(?:modeling|quantization|endpoints|engine|executor|task_handler|common|"
+    r"distributed|attention|processing|transformers_utils|platforms|v1|spec_decode|lora)/"
+)
 #: Traceback frames in attention / KV-cache code, and in weight-quantization / GEMM code:
 #: where an FP8 dtype failure happened tells whose FP8 it is (the KV cache's or the weights').
 _ATTN_FRAME_RE = re.compile(

@@ -59,6 +59,7 @@ _WRAP_MIN = 60  # a line this long may have been hard-wrapped by a terminal / pa
 REFUSES = (
     r"(?i:not (?:yet )?supported|unsupported|only supports?\b|\brequires?\b|"
     r"(?:is |are )?supported only\b|is only supported\b|no longer supported|"
+    r"\bonly\b[^.;:]{1,80}\b(?:is|are) supported\b|"
     r"not (?:yet )?implemented|does(?: not|n't) (?:yet )?support)"
 )
 

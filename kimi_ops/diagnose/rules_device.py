@@ -256,9 +256,11 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"^KeyError: <PlatformEnum\.(?P<platform>\w+): \d+>",
             # compressed-tensors found no scheme that runs the checkpoint here
             r"No (?P<quantization>compressed-tensors) compatible scheme was found",
-            # a quantized-MoE kernel backend refusing the device ("NvFp4 MoE backend
-            # 'FLASHINFER_CUTLASS' does not support the deployment configuration since kernel
-            # does not support current device")
+            # a quantized-MoE kernel backend refusing the device or the checkpoint's scheme
+            # ("NvFp4 MoE backend 'FLASHINFER_CUTLASS' does not support the deployment
+            # configuration since kernel does not support current device"); not when the reason
+            # is another setting (batch invariance, the parallel config): that fix is the setting
+            r"(?!.*since kernel does not support (?!current device|quantization scheme))"
             r"(?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8|awq|gptq|marlin)\w*)"
             r" MoE backend\b.*(?:does not support|not supported)",
             r"No (?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8)\w*) MoE backend "
@@ -319,6 +321,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
         [
             r"^\s*(?:[\w.]+\.)?(?:Value|NotImplemented|Runtime|Assertion)Error: "
             r"(?!.*(?i:kv.?cache|attention|\battn|install|outdated|divisible))"
+            # (a kernel refusing another setting, batch invariance or the parallel config)
+            r"(?!.*since kernel does not support (?!current device|quantization scheme))"
             # the format may carry a prefix ("ptpc_fp8")
             r"(?=.*?(?:\b|(?<=[a-z])(?=[A-Z]))(?P<quantization>(?:[a-z]+_)?(?i:nvfp4|mxfp4|"
             r"mxfp6|mxfp8|fp8|fp4|int4|int8|w4a8|w4a16|w8a8|w8a16|awq|gptq|marlin|machete|gguf|"

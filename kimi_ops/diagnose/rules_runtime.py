@@ -204,6 +204,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "too large for the current device",
             "EL0004",
             "is allocated by PyTorch",
+            "Ran out of memory in memory space",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
@@ -216,6 +217,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"RESOURCE_EXHAUSTED: (?:Error allocating device buffer|\w+: \w*(?:Allocation"
             r"Failure|Oom\b)|.*\b[Oo]ut of memory\b|.*\bAttempting to reserve \S+ at the bottom "
             r"of memory)",
+            # ... XLA's own words when a compiled program does not fit ("Ran out of memory in
+            # memory space vmem while allocating on stack for ...")
+            r"Ran out of memory in memory space (?:vmem|hbm|smem|cmem)\b",
             # Ascend's runtime (CANN error code EL0004): device memory could not be allocated
             r"(?:^|[(:\s])EL0004\)?: (?:\[PID: \d+\] \S+ )?Failed to allocate memory",
             # AWS Neuron's runtime could not allocate a tensor on the NeuronCore
@@ -387,6 +391,24 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "profile's env), run `fab clean-shm`, and make sure /dev/shm is large enough.",
         "NCCL failure[[: {nccl_detail}]]",
         weak=True,
+    ),
+    _rule(
+        "store_peer_lost",
+        "nccl_error",
+        37,
+        ("TCPStore", "SocketImpl"),
+        # torch.distributed's store (c10d TCPStore, which NCCL's heartbeat and bootstrap use)
+        # lost its connection to the master rank: that rank's process or node went away
+        [
+            r"Failed to check the \"should dump\" flag on TCPStore",
+            r"\[c10d\] (?:recvValue|sendBytes|recvBytes) failed on SocketImpl\(.*"
+            r"(?P<nccl_detail>Connection was likely closed|Broken pipe|Connection reset by peer)",
+        ],
+        "torch.distributed's store (TCPStore) lost its connection to the master rank[[ "
+        "({nccl_detail})]]: the rank-0 process or node went away while this rank waited on it. "
+        "Read rank 0's (the head node's) log for why it stopped; then check the nodes reach each "
+        "other on the master port (MASTER_ADDR / the Ray head), and restart every rank.",
+        "distributed store connection lost[[ ({nccl_detail})]]",
     ),
     _rule(
         "nccl_error_trace",

@@ -349,6 +349,8 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "Max retries exceeded",
             "Can't load tokenizer for",
             "Error no file named",
+            "No tokenizer file found",
+            "HfHubHTTPError",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -377,6 +379,11 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"Error no file named [\w.]+(?:, [\w.]+)*,? or [\w.]+ found in directory "
             r"(?P<model>\S+?)\.?$",
             r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
+            # mistral-common's tokenizer loader: no tokenizer file in the model directory
+            r"No tokenizer file found in directory:? (?P<model>\S+?)\.?$",
+            # huggingface_hub's own HTTP error while fetching the files (a 416 on a resumed
+            # download, a 5xx of the Hub's CDN): the files could not be had
+            r"^(?:[\w.]+\.)?HfHubHTTPError: \d{3} (?:Client|Server) Error\b",
             r"40[134] Client Error.*modelscope\.cn/api/v1/models/",
             # ModelScope's hub: no such model / revision, or a private one without a token
             r"\bNotExistError\b.*\b(?:model|revision)",

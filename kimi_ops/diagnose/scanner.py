@@ -46,7 +46,7 @@ from kimi_ops.diagnose.markers import (
     _SURVIVED_FRAME_RE,
     _UP_SHUTDOWN_RE,
     _VLLM_CODE_RE,
-    _VLLM_RERAISE_FRAME_RE,
+    _VLLM_KIN_FRAME_RE,
 )
 from kimi_ops.diagnose.model import (
     _HEALTHY_STAGE,
@@ -374,7 +374,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_frame = _Line(pos, ev[2])
         st.last_crash_pos = pos
         if ("/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2])) or (
-            "load_vllm" in ev[2] and _VLLM_RERAISE_FRAME_RE.search(ev[2])
+            ("load_vllm" in ev[2] or "/aphrodite/" in ev[2]) and _VLLM_KIN_FRAME_RE.search(ev[2])
         ):
             st.last_vllm_frame_pos = pos
             if _ARG_CHECK_FRAME_RE.search(ev[2]):

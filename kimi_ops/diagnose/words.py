@@ -142,6 +142,8 @@ _FIND_WORDS: tuple[str, ...] = (
     "vllm rollout",  # verl's rollout worker built its in-process engine
     "Deployed app '",  # Ray Serve: the app's deployments are healthy
     "Graph capturing",  # V0 before 0.6.4's last init step (it printed no "init engine ... took")
+    " panicked at ",  # a Rust thread's panic (a Rust front end, a tokenizer)
+    "TCPStore",  # torch.distributed's store losing its master (a warning, no error word)
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
