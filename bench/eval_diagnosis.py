@@ -84,7 +84,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-w": ("d2a7924", "1655bc3"),
     "blind-x": ("f6ac018", "5aa0085"),
     "blind-y": ("e07f90f", "997f396"),
-    "blind-z": ("c06a9b1", None),
+    "blind-z": ("c06a9b1", "7843d90"),
 }
 
 
