@@ -405,8 +405,11 @@ _SURVIVED_FIRST_FRAME_RE = re.compile(r", in _handle_client_request\b")
 #: A worker process's prefix (Ray's actor, vLLM's multiprocessing workers): an exception there
 #: is a worker failing, which vLLM does not recover from.
 _WORKER_ORIGIN_RE = re.compile(r"\((?:RayWorker\w*|VllmWorker\w*|Worker(?:_\w+)?)[ ][^()]*pid=\d+")
-#: A traceback frame: Python's, or IPython's (``File ~/x/vllm/worker.py:682, in load_model``).
-_FRAME_RE = re.compile(r'\s*File (?:"[^"]*", line \d+|[~/][^,]*\.py:\d+, in )')
+#: A traceback frame: Python's, or IPython's (``File ~/x/vllm/worker.py:682, in load_model``;
+#: before IPython 8, ``/x/vllm/worker.py in load_model(self)``).
+_FRAME_RE = re.compile(
+    r'\s*(?:File (?:"[^"]*", line \d+|[~/][^,]*\.py:\d+, in )|[~/]\S*\.py in <?\w+>?\()'
+)
 #: A frame in vLLM's own package: ``/vllm/`` then one of its top-level packages or modules
 #: (0.4 .. 0.3x); not a venv named vllm (``/opt/vllm/lib/...``) nor another project's vllm
 #: adapter (``nemo_rl/models/generation/vllm/vllm_generation.py``).
@@ -425,7 +428,7 @@ _VLLM_CODE_RE = re.compile(
 #: engine's exception and re-raises its text (Unsloth's ``load_vllm``: ``raise
 #: RuntimeError(error)``), and a fork's own package (Aphrodite, vLLM's code renamed).
 _VLLM_KIN_FRAME_RE = re.compile(
-    r"/unsloth_zoo/vllm_utils\.py\S*, line \d+, in load_vllm\b"
+    r"/unsloth_zoo/vllm_utils\.py\S*(?:, line \d+,)? in load_vllm\b"
     r"|/aphrodite/(?:modeling|quantization|endpoints|engine|executor|task_handler|common|"
     r"distributed|attention|processing|transformers_utils|platforms|v1|spec_decode|lora)/"
 )

@@ -240,6 +240,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "does not support current device",
             "object has no attribute '",
             "/quantization/",
+            "is_checkpoint_",
         ),
         [
             # a CUTLASS kernel of vLLM's quantized GEMMs failing inside (a block-scaled FP8 GEMM
@@ -266,6 +267,10 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"No (?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8)\w*) MoE backend "
             r"supports",
             r"kernel does not support current device",
+            # a platform's path that takes only online quantization asserting the checkpoint is
+            # not pre-quantized ("assert not quant_config.is_checkpoint_fp8_serialized")
+            r"^(?:[\w.]+\.)?AssertionError: assert not (?:self\.)?(?:\w+\.)?is_checkpoint_"
+            r"(?P<quantization>\w+?)_serialized\b",
             # the build has no kernel for the quantized GEMM / repack / dequant op on this
             # device ("'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'")
             r"'_C' object has no attribute '(?P<quant_op>\w*(?i:gemm|marlin|awq|gptq|fp8|fp4|"

@@ -53,6 +53,24 @@ HOST_RULES: tuple[Rule, ...] = (
         "no module {module} in this python",
     ),
     _rule(
+        "command_not_found",
+        "unknown",
+        3,
+        ("command not found", ": not found", "executable file not found"),
+        # the shell (bash, sh, zsh) or the container runtime found no such program: vLLM (or
+        # its python) is not installed in that environment, or not on its PATH
+        [
+            r"^(?:\S+: )?(?:line \d+: )?(?P<command>[\w.\-]+): command not found$",
+            r"^(?:\S+: )?\d+: (?P<command>[\w.\-]+): not found$",
+            r"^zsh: command not found: (?P<command>[\w.\-]+)$",
+            r"exec: \\?\"(?P<command>[\w./\-]+)\\?\": executable file not found in \$PATH",
+        ],
+        "The shell found no program {command}: it is not installed in that environment, or "
+        "not on its PATH (a venv not activated, an image without it). Install vLLM in the "
+        "profile's python (or activate its venv) and launch it by that python's path.",
+        "no program {command} on the PATH",
+    ),
+    _rule(
         "python_module_missing",
         "unknown",
         3,

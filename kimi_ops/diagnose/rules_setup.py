@@ -13,11 +13,13 @@ _ARGUMENT_RULES: tuple[Rule, ...] = (
         "argparse_error",
         "bad_argument",
         100,
-        (": error: ",),
+        (": error: ", "unrecognized arguments: "),
         [
             r": error: (?P<argerr>(?:unrecognized arguments?|the following arguments are "
             r"required|ambiguous option|argument |invalid choice|unexpected argument|"
-            r"expected one argument|one of the arguments).*)"
+            r"expected one argument|one of the arguments).*)",
+            # ... its message alone, when a page kept only that line
+            r"^(?P<argerr>unrecognized arguments: --?\w.*)",
         ],
         "vLLM's argument parser rejected the command line: {argerr}. Fix the profile's "
         "extra_args[[ (now: {extra_args})]][[ - offending: {bad_args}]]: the flag may be "

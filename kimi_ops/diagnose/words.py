@@ -144,6 +144,10 @@ _FIND_WORDS: tuple[str, ...] = (
     "Graph capturing",  # V0 before 0.6.4's last init step (it printed no "init engine ... took")
     " panicked at ",  # a Rust thread's panic (a Rust front end, a tokenizer)
     "TCPStore",  # torch.distributed's store losing its master (a warning, no error word)
+    "unrecognized arguments: ",  # argparse's message, when a page kept only that line
+    "command not found",  # bash / zsh: no such program on the PATH
+    ": not found",  # sh (dash): no such program
+    "executable file not found",  # the container runtime: no such program in the image
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
