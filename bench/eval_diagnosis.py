@@ -85,7 +85,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-x": ("f6ac018", "5aa0085"),
     "blind-y": ("e07f90f", "997f396"),
     "blind-z": ("c06a9b1", "7843d90"),
-    "blind-z2": ("0874895", None),
+    "blind-z2": ("0874895", "9c61842"),
 }
 
 
