@@ -68,6 +68,9 @@ HARD_WRAPPED = {
     "unsupported_gpu__u807_deepgemm_sm121_unsupported_arch.log",
     # Gloo's "RuntimeError: [.../unbound_buffer.cc:78] Timed out waiting ..." is one line
     "nccl_error__w901_ray_multinode_gloo_recv_timeout.log",
+    # an exception's message wrapped by a README's line width (two lines, no prefix)
+    "kv_cache_dtype_unsupported__zz503_nvfp4_kv_triton_backend_invalid.log",
+    "kv_cache_insufficient__zz605_max_seq_len_exceeds_kv_cache_note.log",
 }
 
 
