@@ -3,14 +3,15 @@ viewers and pastes wrap lines, gets the label it gets bare.
 
 The real excerpts in ``tests/fixtures/corpus`` come with whatever decoration their source had;
 the same log reaches users through docker compose, ``kubectl logs --prefix``, timestamping
-log shippers, markdown quotes, k9s, the launchers' per-rank labels (srun, torchrun, mpirun)
-and vLLM's own colour formatter. A rule that only works on one decoration is fitted to
-it, so each excerpt is decorated line by line and diagnosed again.
+log shippers, docker's json-file records, markdown quotes, k9s, the launchers' per-rank
+labels (srun, torchrun, mpirun) and vLLM's own colour formatter. A rule that only works on
+one decoration is fitted to it, so each excerpt is decorated line by line and diagnosed again.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,13 @@ DECORATIONS: dict[str, Callable[[str], str]] = {
     "kubectl": lambda line: "[pod/vllm-0/vllm] " + line,
     "shipper": lambda line: "2026-01-01T00:00:00.123456789Z " + line,
     "cri": lambda line: "2026-01-01T00:00:00.123456789Z stderr F " + line,  # /var/log/pods
+    "docker_json": lambda line: (
+        json.dumps(  # docker's json-file driver, one record a line
+            {"log": line, "stream": "stderr", "time": "2026-01-01T00:00:00.1Z"},
+            separators=(",", ":"),
+        )
+        + "\n"
+    ),
     "viewer": lambda line: "2026-01-01 00:00:00.123 | " + line,
     "quote": lambda line: "> " + line,
     "srun": lambda line: "0: " + line,  # srun --label (Slurm)

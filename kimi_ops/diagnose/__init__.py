@@ -33,7 +33,8 @@ Design
 * Robustness: prefixes (``(APIServer pid=1)``, ``[rank0]:``, docker-compose
   ``svc-1  | ``, timestamps, CRI's ``stderr F``, markdown ``> ``, the launchers' rank
   labels ``0: `` / ``[default0]:`` / ``[1,0]<stderr>:``, ANSI colours) are stripped before
-  matching; ``\\r`` tqdm updates are separate lines; a hard-wrapped line is also
+  matching; docker's json-file records are read for the line they hold; ``\\r`` tqdm
+  updates are separate lines; a hard-wrapped line is also
   matched joined with its continuation; request-log lines (which quote user prompts)
   are ignored.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -45,6 +46,31 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
     re.X,
 )
 _GLUED_RE = re.compile(r"\((?:[^()\s]+ )*?pid=\d+[^()]*\) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+#: docker's json-file log driver (``/var/lib/docker/containers/*/*-json.log``, and collectors
+#: that forward it as is): one JSON object per line, the output line in its "log" field.
+DOCKER_JSON_START = '{"log":"'
+
+
+def _unwrapped(line: str) -> str:
+    """The output line a docker json-file record holds (its "log" field, without its newline),
+    or ``line`` itself when it is no such record."""
+    if not line.startswith(DOCKER_JSON_START):
+        return line
+    try:
+        record = json.loads(line)
+    except ValueError:  # cut mid-record: its text, unescaped as far as it goes
+        return line[len(DOCKER_JSON_START) :].split('","stream":', 1)[0].replace('\\"', '"')
+    text = record.get("log") if isinstance(record, dict) else None
+    return text.rstrip("\r\n") if isinstance(text, str) else line
+
+
+def unwrap_docker_json(block: str) -> str:
+    """``block`` (complete lines) with each docker json-file record replaced by the output
+    line it holds; other lines unchanged."""
+    lines = block.split("\n")
+    return "\n".join(_unwrapped(ln) if ln[:1] == "{" else ln for ln in lines)
 
 
 def uncolored(line: str) -> str:

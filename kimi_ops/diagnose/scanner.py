@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from kimi_ops.diagnose.candidates import _CONT, _OPEN_FRAME, _candidate_lines
-from kimi_ops.diagnose.clean import clean_line
+from kimi_ops.diagnose.clean import DOCKER_JSON_START, clean_line, unwrap_docker_json
 from kimi_ops.diagnose.events import (
     _ENGINE_INITIALIZED,
     _EV_EXC,
@@ -415,6 +415,8 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 
 def _process(st: _State, block: str) -> None:
     """Consume a block of complete lines (ends with a terminator; ``\\r\\n`` normalised)."""
+    if DOCKER_JSON_START in block:  # docker's json-file records: read the lines they hold
+        block = unwrap_docker_json(block)
     base = st.offset
     st.offset += len(block)
     scan = block.replace("\r", "\n") if "\r" in block else block
