@@ -54,3 +54,13 @@ def test_an_old_ipython_traceback_through_unsloth_s_loader_is_the_engine_s() -> 
 def test_a_path_that_takes_only_online_quantization_refusing_a_prequantized_checkpoint() -> None:
     d = diagnose("AssertionError: assert not quant_config.is_checkpoint_fp8_serialized\n")
     assert d.label == "quantization_unsupported", d.summary
+
+
+def test_a_program_missing_after_the_server_came_up_is_a_side_script_s() -> None:
+    up = (
+        "INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.9.1\n"
+        "INFO:     Application startup complete.\n"
+    )
+    for line in ("./watch.sh: line 9: jq: command not found", "sh: 1: curl: not found"):
+        d = diagnose(up + line + "\n")
+        assert d.label == "healthy", (line, d.summary)

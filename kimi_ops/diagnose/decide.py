@@ -208,6 +208,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             continue
         if rule.weak and st.last_signal_pos <= hit.pos and hit.pos != st.last_engine_log_frame_pos:
             continue  # (unless the engine's own error logger printed it: it died of it)
+        if rule.name in _BEFORE_UP_ONLY and 0 <= st.healthy_pos < hit.pos:
+            continue
         active.append((rule, hit))
 
     root = st.first_exc_since_progress or st.first_exc_since_healthy
@@ -352,6 +354,11 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     )
     evidence = (_truncate(st.stage_text),) if st.stage_text else ()
     return Diagnosis("starting", stage, progress, evidence, hint, summary, facts)
+
+
+#: Rules whose line says nothing of the server once it is up: a program missing from the PATH
+#: after the server came up is a side script's (a watcher, a health probe), not the server's.
+_BEFORE_UP_ONLY = frozenset({"command_not_found"})
 
 
 def _engine_logger_death_since(st: _State, pos: int) -> bool:
