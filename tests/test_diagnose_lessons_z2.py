@@ -64,3 +64,25 @@ def test_a_program_missing_after_the_server_came_up_is_a_side_script_s() -> None
     for line in ("./watch.sh: line 9: jq: command not found", "sh: 1: curl: not found"):
         d = diagnose(up + line + "\n")
         assert d.label == "healthy", (line, d.summary)
+
+
+def test_the_engine_s_busy_loop_traceback_is_its_death_whatever_access_lines_follow() -> None:
+    # found re-reading a dev miss: several API server processes print their in-flight requests'
+    # access lines between and after the engine core's traceback lines
+    core = "(EngineCore_DP0 pid=70) ERROR 10-28 20:10:56 [v1/engine/core.py:710] "
+    ok = '(ApiServer_{} pid=7{}) INFO:     127.0.0.1:455{} - "POST /v1/completions HTTP/1.1" 200\n'
+    frames = [
+        '  File "/venv/vllm/v1/engine/core.py", line 754, in _process_engine_step',
+        "    outputs, model_executed = self.step_fn()",
+        '  File "/venv/vllm/v1/engine/core.py", line 325, in step_with_batch_queue',
+        "    scheduler_output = self.scheduler.schedule()",
+    ]
+    log = "".join(core + f + "\n" + ok.format(i, i, i) for i, f in enumerate(frames))
+    d = diagnose(log)
+    assert d.label == "engine_dead_other", d.summary
+    # a new run of the server after it, up: the old traceback is history
+    restart = (
+        "INFO 10-28 20:12:00 [api_server.py:1] vLLM API server version 0.11.0\n"
+        "INFO:     Application startup complete.\n"
+    )
+    assert diagnose(log + restart).label == "healthy"

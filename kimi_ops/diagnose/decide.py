@@ -309,7 +309,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     # traceback after the server was up, and not one the engine survives: the engine died
     engine_died_after_up = (
         healthy
-        and _engine_logger_death_since(st, st.healthy_pos)
+        and (_engine_logger_death_since(st, st.healthy_pos) or _engine_loop_died(st))
         and (shutdown is None or st.last_engine_log_frame_pos < shutdown)
     )
     if crashed_before_up or died_after_up or engine_died_after_up:
@@ -359,6 +359,13 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
 #: Rules whose line says nothing of the server once it is up: a program missing from the PATH
 #: after the server came up is a side script's (a watcher, a health probe), not the server's.
 _BEFORE_UP_ONLY = frozenset({"command_not_found"})
+
+
+def _engine_loop_died(st: _State) -> bool:
+    """Did the engine's own error logger print a traceback through the engine's busy loop
+    (this run's), in none the engine survives? Then the loop stopped, whatever access lines of
+    in-flight requests or of other API server processes follow it."""
+    return st.last_engine_loop_frame_pos > st.last_survived_frame_pos
 
 
 def _engine_logger_death_since(st: _State, pos: int) -> bool:
@@ -459,7 +466,7 @@ def _generic_unknown(
     if (
         not candidates  # a traceback without its exception (nor an exit after it)
         and main is not None
-        and _engine_logger_death_since(st, st.last_progress_pos)
+        and (_engine_logger_death_since(st, st.last_progress_pos) or _engine_loop_died(st))
     ):
         # the engine's own error logger printed a traceback (it prints the engine's fatal
         # errors only; the API server's own traceback may follow it): the engine died, though

@@ -402,6 +402,13 @@ _ENGINE_LOGGER_RE = re.compile(
 )
 _SURVIVED_FRAME_RE = re.compile(r", in (?:_invoke_utility_method|preprocess_add_request)\b")
 _SURVIVED_FIRST_FRAME_RE = re.compile(r", in _handle_client_request\b")
+#: A frame of the engine's busy loop (V1's run_busy_loop / _process_engine_step /
+#: step_with_batch_queue, V0's run_engine_loop): an exception that reached the engine's error
+#: logger through it stopped the loop, whatever access lines other processes print after it
+#: (requests that were in flight, several API servers' interleaved output).
+_ENGINE_LOOP_FRAME_RE = re.compile(
+    r", in (?:run_busy_loop|_process_engine_step|step_with_batch_queue|run_engine_loop)\b"
+)
 #: A worker process's prefix (Ray's actor, vLLM's multiprocessing workers): an exception there
 #: is a worker failing, which vLLM does not recover from.
 _WORKER_ORIGIN_RE = re.compile(r"\((?:RayWorker\w*|VllmWorker\w*|Worker(?:_\w+)?)[ ][^()]*pid=\d+")

@@ -33,6 +33,7 @@ from kimi_ops.diagnose.markers import (
     _BARE_HTTP_START_RE,
     _CONFIG_FRAME_RE,
     _CONFIG_REFUSAL_RE,
+    _ENGINE_LOOP_FRAME_RE,
     _FREQ_HEALTHY,
     _HTTP_SHUTDOWN_RE,
     _IGNORED_PREFIXES,
@@ -120,6 +121,7 @@ class _State:
         "last_worker_crash_pos",
         "last_engine_log_frame_pos",
         "last_survived_frame_pos",
+        "last_engine_loop_frame_pos",
         "inproc_driver_pos",
         "api_server_pos",
         "engine_start_pos",
@@ -156,6 +158,7 @@ class _State:
         self.last_worker_crash_pos = -1  # an exception under a worker process's prefix
         self.last_engine_log_frame_pos = -1  # a traceback line the engine's error logger printed
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
+        self.last_engine_loop_frame_pos = -1  # ... in the engine's busy loop (this run's)
         self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
         self.api_server_pos = -1  # vLLM's API server spoke: a server, not an in-process engine
         self.engine_start_pos = -1  # the engine's own first line ("Initializing ... LLM engine")
@@ -252,7 +255,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             # started before an app that builds the engine (TRL's vllm-serve): not up
             st.stage, st.progress = stage, None
             st.healthy_pos, st.healthy_text, st.shutdown_pos = -1, None, -1
-            st.stop_request_pos = -1
+            st.stop_request_pos = st.last_engine_loop_frame_pos = -1
         elif stage > st.stage:
             st.stage, st.progress = stage, progress
         elif stage == st.stage and progress:
@@ -371,6 +374,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
                 first and _SURVIVED_FIRST_FRAME_RE.search(ev[2])
             ):
                 st.last_survived_frame_pos = pos
+            elif _ENGINE_LOOP_FRAME_RE.search(ev[2]):
+                st.last_engine_loop_frame_pos = pos
         st.last_frame = _Line(pos, ev[2])
         st.last_crash_pos = pos
         if ("/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2])) or (
