@@ -309,7 +309,7 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     # traceback after the server was up, and not one the engine survives: the engine died
     engine_died_after_up = (
         healthy
-        and (_engine_logger_death_since(st, st.healthy_pos) or _engine_loop_died(st))
+        and _engine_logger_death_since(st, st.healthy_pos)
         and (shutdown is None or st.last_engine_log_frame_pos < shutdown)
     )
     if crashed_before_up or died_after_up or engine_died_after_up:
@@ -361,16 +361,13 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
 _BEFORE_UP_ONLY = frozenset({"command_not_found"})
 
 
-def _engine_loop_died(st: _State) -> bool:
-    """Did the engine's own error logger print a traceback through the engine's busy loop
-    (this run's), in none the engine survives? Then the loop stopped, whatever access lines of
-    in-flight requests or of other API server processes follow it."""
-    return st.last_engine_loop_frame_pos > st.last_survived_frame_pos
-
-
 def _engine_logger_death_since(st: _State, pos: int) -> bool:
     """Did the engine's own error logger (it prints the engine's fatal errors only) print a
-    traceback line after ``pos``, in none the engine survives (a utility call, one request)?"""
+    traceback line after ``pos``, in none the engine survives (a utility call, one request)?
+    Or, at any point of this run, one through the engine's busy loop (the loop stopped,
+    whatever access lines of in-flight requests or other API server processes follow it)?"""
+    if st.last_engine_loop_frame_pos > st.last_survived_frame_pos:
+        return True
     return st.last_engine_log_frame_pos > pos and st.last_survived_frame_pos <= pos
 
 
@@ -466,7 +463,7 @@ def _generic_unknown(
     if (
         not candidates  # a traceback without its exception (nor an exit after it)
         and main is not None
-        and (_engine_logger_death_since(st, st.last_progress_pos) or _engine_loop_died(st))
+        and _engine_logger_death_since(st, st.last_progress_pos)
     ):
         # the engine's own error logger printed a traceback (it prints the engine's fatal
         # errors only; the API server's own traceback may follow it): the engine died, though

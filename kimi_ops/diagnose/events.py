@@ -153,6 +153,12 @@ def _analyze_join(prev_raw: str, cur_raw: str, pos: int, events: list[tuple[Any,
         _analyze(prev + sep + cur, pos, events, joined=True)
 
 
+def _raw_line(scan: str, ls: int) -> str:
+    """The line starting at ``ls`` as printed (its head, colour codes removed), for the checks
+    of whose logger or process printed it."""
+    return uncolored(scan[ls : scan.find("\n", ls)][:300])[:200]
+
+
 def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: int) -> None:
     """Flag what only the raw line shows (clean_line removed it): an exception line that vLLM
     printed (its logger's format or process prefix), and whether a worker process did; a
@@ -165,7 +171,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
     for i in range(start, len(events)):
         kind = events[i][1]
         if kind == _EV_STAGE and events[i][2] <= _INITIALIZING_ENGINE:
-            raw = raw or uncolored(scan[ls : scan.find("\n", ls)][:300])[:200]
+            raw = raw or _raw_line(scan, ls)
             if "APIServer" in raw or "api_server" in raw:  # the API server's "non-default args"
                 events[i] = (*events[i][:7], True)
             continue
@@ -176,7 +182,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
             and kind != _EV_HEADER
         ):
             continue
-        raw = raw or uncolored(scan[ls : scan.find("\n", ls)][:300])[:200]
+        raw = raw or _raw_line(scan, ls)
         if engine is None:
             engine = "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None
         if kind in (_EV_FRAME, _EV_HEADER):

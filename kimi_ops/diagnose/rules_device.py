@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from kimi_ops.diagnose.model import REFUSES, Rule, _rule
 
+#: Not a kernel that refuses another setting than the device or the checkpoint's scheme ("..
+#: does not support the deployment configuration since kernel does not support batch
+#: invariance / parallel config ..."): that fix is the setting, not the quantization.
+_NOT_ANOTHER_SETTING = r"(?!.*since kernel does not support (?!current device|quantization scheme))"
+
 DEVICE_RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------ unsupported_gpu
     _rule(
@@ -261,8 +266,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             # ("NvFp4 MoE backend 'FLASHINFER_CUTLASS' does not support the deployment
             # configuration since kernel does not support current device"); not when the reason
             # is another setting (batch invariance, the parallel config): that fix is the setting
-            r"(?!.*since kernel does not support (?!current device|quantization scheme))"
-            r"(?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8|awq|gptq|marlin)\w*)"
+            _NOT_ANOTHER_SETTING
+            + r"(?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8|awq|gptq|marlin)\w*)"
             r" MoE backend\b.*(?:does not support|not supported)",
             r"No (?i:(?P<quantization>nvfp4|mxfp4|fp8|fp4|w4a\d+|w8a8|int4|int8)\w*) MoE backend "
             r"supports",
@@ -326,10 +331,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
         [
             r"^\s*(?:[\w.]+\.)?(?:Value|NotImplemented|Runtime|Assertion)Error: "
             r"(?!.*(?i:kv.?cache|attention|\battn|install|outdated|divisible))"
-            # (a kernel refusing another setting, batch invariance or the parallel config)
-            r"(?!.*since kernel does not support (?!current device|quantization scheme))"
+            + _NOT_ANOTHER_SETTING
             # the format may carry a prefix ("ptpc_fp8")
-            r"(?=.*?(?:\b|(?<=[a-z])(?=[A-Z]))(?P<quantization>(?:[a-z]+_)?(?i:nvfp4|mxfp4|"
+            + r"(?=.*?(?:\b|(?<=[a-z])(?=[A-Z]))(?P<quantization>(?:[a-z]+_)?(?i:nvfp4|mxfp4|"
             r"mxfp6|mxfp8|fp8|fp4|int4|int8|w4a8|w4a16|w8a8|w8a16|awq|gptq|marlin|machete|gguf|"
             r"bitsandbytes|compressed[-_ ]tensors|quark|modelopt|exl2|hqq|aqlm|squeezellm))\w*)"
             r"(?=.*(?:" + REFUSES + r"|(?i:no (?:\w+ )*(?:kernel|scheme|backend)s? (?:was |were )?"
