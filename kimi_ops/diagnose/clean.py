@@ -23,7 +23,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | [ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
         (?:\|[ ]?)?                                          # ... "ts | " (log viewers)
         (?:std(?:out|err)[ ][FP][ ])?                        # ... CRI's stream and tag
-      | \w{3,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
+      | \w{2,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
       | [│┃][ ]*                                              # k9s / kubectl box border
       | \[pod/[\w.\-]+/[\w.\-]+\](?:[ ]|$)                    # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
@@ -71,6 +71,68 @@ def unwrap_docker_json(block: str) -> str:
     line it holds; other lines unchanged."""
     lines = block.split("\n")
     return "\n".join(_unwrapped(ln) if ln[:1] == "{" else ln for ln in lines)
+
+
+#: How many of a log's first non-empty lines decide its learned line prefix (below).
+PREFIX_SAMPLE = 12
+#: One token of an unknown per-line decoration: a pod, container or host name ("vllm-0",
+#: "gpu-node-01:"), no spaces or parentheses; each holds a digit or a separator (a later one
+#: may be a lowercase container name), so a sentence's words ("Loading safetensors ...",
+#: "Processed prompts: ...") are never taken for one.
+_PREFIX_TOKEN_RE = re.compile(r"[^\s()]+ ")  # one space: the line's own indent stays
+_MARKED_TOKEN_RE = re.compile(r"[\d\-_./@\[\]]")
+_DNS_LABEL_RE = re.compile(r"[a-z0-9][a-z0-9\-]*$")
+#: ... nor a level, a traceback word, a time, a bare number (a date's day, a line number), or
+#: NCCL's own "host:pid:tid" and "NCCL" (its records are the log's text, not a decoration).
+_NOT_A_PREFIX_RE = re.compile(
+    r"(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL|File|Traceback|NCCL|\^C)\W*$"
+    r"|.*\d:\d\d|\d+$|\S+:\d+:\d+$"
+)
+
+
+def learn_line_prefix(text: str) -> str | None:
+    """The decoration every line of ``text`` starts with that no known one matches, if any.
+
+    Tools prefix each line with their own constant label: stern's ``pod container``, pdsh /
+    clush's ``host:``, a wrapper script's tag. Such a label is learned from the log's first
+    :data:`PREFIX_SAMPLE` non-empty lines: up to three leading tokens that at least three
+    quarters of them (and at least two) share, the first marked as a name (a digit or a
+    separator in it), none a level, a time or a traceback word, stopping where a known
+    decoration (timestamp, process prefix, level) begins. ``None`` when there is none.
+    """
+    # "\n" lines only: a progress bar's "\r" updates carry no label of their own
+    lines = [ln for ln in text.split("\n", 4 * PREFIX_SAMPLE) if ln.strip()][:PREFIX_SAMPLE]
+    if any(ln.startswith(DOCKER_JSON_START) for ln in lines):  # the lines the records hold
+        lines = [_unwrapped(ln) for ln in lines]
+    if len(lines) < 2:
+        return None
+    need = max(2, -(-3 * len(lines) // 4))
+    first = lines[0]  # raw: a coloured label (stern colours each pod's) is constant too
+    prefix = ""
+    for _ in range(3):
+        rest = first[len(prefix) :]
+        known = _PREFIX_RE.match(uncolored(rest))
+        tok = _PREFIX_TOKEN_RE.match(rest)
+        if (known is not None and known.end() > 0) or tok is None:
+            break
+        word = uncolored(tok.group()).rstrip()
+        # the first token marked as a name; a later one marked too, or a container's name
+        unmarked = not _MARKED_TOKEN_RE.search(word) and (
+            not prefix or not _DNS_LABEL_RE.match(word)
+        )
+        if not word or unmarked or _NOT_A_PREFIX_RE.match(word):
+            break
+        candidate = prefix + tok.group()
+        if sum(1 for ln in lines if ln.startswith(candidate)) < need:
+            break
+        prefix = candidate
+    return prefix or None
+
+
+def strip_line_prefix(block: str, prefix: str) -> str:
+    """``block`` with ``prefix`` taken off every line that starts with it."""
+    n = len(prefix)
+    return "\n".join(ln[n:] if ln.startswith(prefix) else ln for ln in block.split("\n"))
 
 
 def uncolored(line: str) -> str:

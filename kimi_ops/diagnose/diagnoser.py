@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import codecs
 
-from kimi_ops.diagnose.clean import clean_line
+from kimi_ops.diagnose.clean import PREFIX_SAMPLE, clean_line, learn_line_prefix
 from kimi_ops.diagnose.decide import _decide
 from kimi_ops.diagnose.model import _MAX_PENDING, _SLICE, TAIL_LINES, Diagnosis
 from kimi_ops.diagnose.scanner import _process, _State
@@ -30,6 +30,11 @@ class LogDiagnoser:
         self._state = _State()
         self._pending = ""
         self._decoder: codecs.IncrementalDecoder | None = None
+        # complete lines held until the first PREFIX_SAMPLE non-empty ones decide whether
+        # every line carries a tool's label (learn_line_prefix); None once decided
+        self._held: list[str] | None = []
+        self._held_lines = 0
+        self._held_size = 0
 
     def feed(self, chunk: str | bytes) -> None:
         """Consume the next piece of the log (``bytes`` are decoded as UTF-8)."""
@@ -55,14 +60,29 @@ class LogDiagnoser:
             data += "\n"  # pathological: a line longer than _MAX_PENDING is cut here
             cut = len(data) - 1
         self._pending = data[cut + 1 :]
-        _process(self._state, data[: cut + 1])
+        block = data[: cut + 1]
+        if self._held is not None:  # the line prefix is not decided yet
+            self._held.append(block)
+            self._held_lines += _nonempty_lines(block)
+            self._held_size += len(block)
+            if self._held_lines < PREFIX_SAMPLE and self._held_size <= _MAX_PENDING:
+                return
+            held = "".join(self._held)
+            self._held = None
+            self._state.line_prefix = learn_line_prefix(held)
+            block = held
+        _process(self._state, block)
 
     def _peek(self) -> _State:
         """The state as if the partial last line were complete (state is not changed)."""
-        if not self._pending:
+        if not self._pending and not self._held:
             return self._state
         st = self._state.clone()
-        _process(st, self._pending.rstrip("\r") + "\n")
+        rest = self._pending.rstrip("\r") + "\n" if self._pending else ""
+        if self._held is not None:  # a short log: its lines so far decide the prefix
+            rest = "".join(self._held) + rest
+            st.line_prefix = learn_line_prefix(rest)
+        _process(st, rest)
         return st
 
     def diagnosis(self) -> Diagnosis:
@@ -75,6 +95,17 @@ class LogDiagnoser:
         st = self._peek()
         lines = list(st.tail)[-TAIL_LINES:]
         return [clean_line(x) for x in lines]
+
+
+def _nonempty_lines(text: str) -> int:
+    """How many non-empty lines ``text`` has, counted up to :data:`PREFIX_SAMPLE`."""
+    count = i = 0
+    while count < PREFIX_SAMPLE and i < len(text):
+        j = text.find("\n", i)
+        j = len(text) if j < 0 else j
+        count += bool(text[i:j].strip())
+        i = j + 1
+    return count
 
 
 def diagnose(text: str, context: dict[str, object] | None = None) -> Diagnosis:

@@ -8,7 +8,12 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from kimi_ops.diagnose.candidates import _CONT, _OPEN_FRAME, _candidate_lines
-from kimi_ops.diagnose.clean import DOCKER_JSON_START, clean_line, unwrap_docker_json
+from kimi_ops.diagnose.clean import (
+    DOCKER_JSON_START,
+    clean_line,
+    strip_line_prefix,
+    unwrap_docker_json,
+)
 from kimi_ops.diagnose.events import (
     _ENGINE_INITIALIZED,
     _EV_EXC,
@@ -127,6 +132,7 @@ class _State:
         "engine_start_pos",
         "tail",
         "tail_provisional",
+        "line_prefix",
     )
 
     def __init__(self) -> None:
@@ -164,6 +170,7 @@ class _State:
         self.engine_start_pos = -1  # the engine's own first line ("Initializing ... LLM engine")
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
+        self.line_prefix: str | None = None  # a tool's constant label on every line (learned)
 
     def clone(self) -> _State:
         new = _State.__new__(_State)
@@ -422,6 +429,8 @@ def _process(st: _State, block: str) -> None:
     """Consume a block of complete lines (ends with a terminator; ``\\r\\n`` normalised)."""
     if DOCKER_JSON_START in block:  # docker's json-file records: read the lines they hold
         block = unwrap_docker_json(block)
+    if st.line_prefix is not None:
+        block = strip_line_prefix(block, st.line_prefix)
     base = st.offset
     st.offset += len(block)
     scan = block.replace("\r", "\n") if "\r" in block else block
