@@ -16,6 +16,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 SERVING = FIXTURES / "healthy__none__cpu032_serving.log"
 #: a real failure whose traceback indentation must survive the label's removal
 CRASH = next(FIXTURES.glob("cuda_oom__*.log"))
+#: the real engine's log with tqdm's "\r" updates (a chunk may end after any "\r")
+BARS = FIXTURES / "bad_argument__max_model_len_too_large__cpu032.log"
 
 VLLM_LINES = [
     "INFO 05-12 10:00:01 [api_server.py:1](APIServer pid=1) non-default args: {}",
@@ -65,7 +67,7 @@ def test_under_pdsh_only_the_host_is_the_label() -> None:
     assert learn_line_prefix(text) == "gpu-node-01: "
 
 
-@pytest.mark.parametrize("path", [SERVING, CRASH], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [SERVING, CRASH, BARS], ids=lambda p: p.name)
 @pytest.mark.parametrize("label", ["vllm-7d9f8c6b5-x2k4p vllm ", "gpu-node-01: "])
 def test_a_labelled_log_reads_as_the_bare_one_in_any_chunks(path: Path, label: str) -> None:
     text = path.read_text(encoding="utf-8")

@@ -97,13 +97,19 @@ class LogDiagnoser:
         return [clean_line(x) for x in lines]
 
 
-def _nonempty_lines(text: str) -> int:
-    """How many non-empty lines ``text`` has, counted up to :data:`PREFIX_SAMPLE`."""
+def _nonempty_lines(block: str) -> int:
+    """How many non-empty ``\\n``-ended lines ``block`` has, counted up to :data:`PREFIX_SAMPLE`.
+
+    A line begun in an earlier block may count as empty here, never the reverse: the count
+    can only delay the decision, so the prefix is learned from the same first lines whatever
+    the chunking.
+    """
     count = i = 0
-    while count < PREFIX_SAMPLE and i < len(text):
-        j = text.find("\n", i)
-        j = len(text) if j < 0 else j
-        count += bool(text[i:j].strip())
+    while count < PREFIX_SAMPLE:
+        j = block.find("\n", i)
+        if j < 0:
+            break
+        count += bool(block[i:j].strip())
         i = j + 1
     return count
 
