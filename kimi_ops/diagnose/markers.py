@@ -126,7 +126,14 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     # benchmark_latency's "Avg latency: ...", the offline example's "Generated text: ..."
     "requests/s, ",
     "Avg latency: ",
+    "Average latency: ",  # (0.1's benchmark_serving.py)
     "Generated text: ",
+    # V1's stats logger beside its throughput line, only once requests ran: KV / encoder-cache
+    # transfers (disaggregated serving), a diffusion model's decoding, per-iteration details
+    "KV Transfer metrics: ",
+    "EC Transfer metrics: ",
+    "DiffusionDecoding metrics: ",
+    " context requests, ",
     # vLLM's serving benchmark (bench serve / benchmark_serving.py) result table
     "Mean TTFT (ms):",
 )
@@ -242,7 +249,11 @@ _EXIT_RE = re.compile(
     # Ray: a node (and the vLLM workers on it) declared dead by the cluster
     r"\b(?:has been|was|mistakenly been) marked (?:as )?dead\b|\bRAYLET_MARKED_DEAD\b|"
     # Ray: a worker (the driver itself at ray.init) could not join its raylet; it exits
-    r"\bFailed to register worker \S+ to Raylet\b"
+    r"\bFailed to register worker \S+ to Raylet\b|"
+    # a wrapper watching the server's output saw it end before the server said it was ready
+    # (Unsloth: "Stdout stream ended before readiness message detected.")
+    r"\b(?:stream ended|exited|died|terminated) before (?:the )?(?:readiness\b|(?:server "
+    r"|it )?(?:was |became |becoming |being )?ready\b)"
 )
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
     {
@@ -274,6 +285,14 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "marked as dead",
         "MARKED_DEAD",
         "Failed to register worker",
+        "before readiness",
+        "before ready",
+        "before becoming ready",
+        "before being ready",
+        "before it was ready",
+        "before it became ready",
+        "before the server was ready",
+        "before the server became ready",
     }
 )
 #: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.

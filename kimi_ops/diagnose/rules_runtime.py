@@ -17,9 +17,13 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Available KV cache memory: -",
             "reserved for KV Cache is -",
             "Cannot auto-fit max_model_len",
+            "blocks of KV cache",
         ),
         [
             r"No available memory for the cache blocks",
+            # a platform plugin's words (vllm-rbln: "Not enough memory for 24 blocks of KV
+            # cache. Try reducing the number of blocks by setting --num-gpu-blocks-override.")
+            r"\b[Nn]ot enough (?:\w+ )?memory for (?:the )?\d+ blocks of KV cache",
             r"Available KV cache memory: (?P<kv_cache_gib>-\d[\d.]*) ?GiB",
             r"reserved for KV Cache is (?P<kv_cache_gib>-\d[\d.]*) ?GiB",
             r"Cannot auto-fit max_model_len",
@@ -205,6 +209,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "EL0004",
             "is allocated by PyTorch",
             "Ran out of memory in memory space",
+            "Failed to load model - not enough",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
@@ -241,6 +246,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # linear weights. This may be caused by insufficient memory ..."; TPU: "... HBM")
             r"^\s*(?:[\w.]+\.)?\w*Error: .*\b(?:may be caused by insufficient memory to "
             r"allocate|too large for the current device's (?:HBM|memory))",
+            # V1's model runner logs torch's OOM while loading weights in its own words first
+            r"Failed to load model - not enough (?:GPU|device) memory",
         ],
         "The GPU ran out of memory[[ allocating {alloc}]][[ ({free} free of {total})]]. A stale "
         "process may still hold GPU memory: check `nvidia-smi` and run `fab kill-stale`. "

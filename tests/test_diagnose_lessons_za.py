@@ -1,0 +1,74 @@
+"""What blind set ZA's misses taught (2026-12-04), each as a general fact, in lines shaped like
+the ones the misses held (not copies of them), and one fact read in vLLM's source beside them.
+Each test failed before."""
+
+from __future__ import annotations
+
+import pytest
+
+from kimi_ops.diagnose import diagnose
+
+LOADING = (
+    "(APIServer pid=7) INFO 03-02 10:00:00 [api_server.py:1] vLLM API server version 0.11.0\n"
+    "(EngineCore_DP0 pid=9) INFO 03-02 10:00:30 [gpu_model_runner.py:2] Starting to load "
+    "model org/m...\n"
+)
+
+
+def test_a_platform_plugin_s_kv_block_shortfall_is_the_kv_cache() -> None:
+    # a plugin (vllm-rbln) says it in its own words, then the API server waits on
+    d = diagnose(
+        LOADING + "Not enough memory for 31 blocks of KV cache.\n"
+        "Try reducing the number of blocks by setting --num-gpu-blocks-override.\n"
+        "(APIServer pid=7) INFO 03-02 10:01:00 [utils.py:3] Waiting for 1 local, 0 remote core "
+        "engine proc(s) to start.\n"
+    )
+    assert (d.label, d.facts.get("signature")) == ("kv_cache_insufficient", "kv_cache_no_memory")
+
+
+def test_vllm_s_own_words_for_an_oom_while_loading_weights() -> None:
+    # gpu_model_runner.load_model logs this before re-raising torch's OutOfMemoryError
+    d = diagnose(
+        LOADING + "(EngineCore_DP0 pid=9) ERROR 03-02 10:00:41 [gpu_model_runner.py:5147] Failed "
+        "to load model - not enough GPU memory. Try lowering --gpu-memory-utilization to free "
+        "memory for weights, increasing --tensor-parallel-size, or using --quantization.\n"
+    )
+    assert d.label == "cuda_oom", d.summary
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Stdout stream ended before readiness message detected.",
+        "RuntimeError: vLLM server process exited before it was ready (code 1)",
+        "server process terminated before becoming ready",
+    ],
+)
+def test_a_wrapper_seeing_the_server_end_before_ready_is_a_failure(line: str) -> None:
+    d = diagnose(
+        "vLLM STDOUT: INFO 06-03 03:57:27 [__init__.py:36] All plugins in this group will be "
+        "loaded.\n" + line + "\n"
+    )
+    assert d.label == "unknown", (line, d.summary)
+
+
+def test_waiting_for_readiness_is_no_failure() -> None:
+    d = diagnose(LOADING + "Waiting before readiness probe: the server is not ready yet\n")
+    assert d.label == "starting", d.summary
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # V1's stats logger, printed only once KV blocks moved between instances
+        "(APIServer pid=5) INFO 05-15 02:58:00 [metrics.py:103] KV Transfer metrics: Num "
+        "successful transfers=3, Avg xfer time (ms)=61.2",
+        "(APIServer pid=5) INFO 05-15 02:58:00 [metrics.py:99] EC Transfer metrics: Num "
+        "successful transfers=1",
+        # 0.1's benchmark_serving.py results against the running server
+        "Average latency: 12.31 s",
+    ],
+)
+def test_lines_only_a_serving_engine_prints_show_it_up(line: str) -> None:
+    d = diagnose(line + "\n")
+    assert d.label == "healthy", (line, d.summary)
