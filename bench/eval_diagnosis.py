@@ -86,7 +86,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-y": ("e07f90f", "997f396"),
     "blind-z": ("c06a9b1", "7843d90"),
     "blind-z2": ("0874895", "9c61842"),
-    "blind-za": ("3999916", None),
+    "blind-za": ("3999916", "1ef67d8"),
 }
 
 
