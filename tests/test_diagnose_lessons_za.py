@@ -72,3 +72,40 @@ def test_waiting_for_readiness_is_no_failure() -> None:
 def test_lines_only_a_serving_engine_prints_show_it_up(line: str) -> None:
     d = diagnose(line + "\n")
     assert d.label == "healthy", (line, d.summary)
+
+
+# ------------------------------------------------- vLLM 0.32's own logger lines before an exit
+
+HEAD = "INFO 03-02 10:00:00 [__init__.py:1] Automatically detected platform cuda.\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "label", "signature"),
+    [
+        # argparse_utils reading --config's YAML, then re-raising the file's error
+        (
+            "ERROR 03-02 10:00:01 [argparse_utils.py:610] Unable to read the config file at "
+            "/cfg/serve.yaml. Check path correctness\n"
+            "FileNotFoundError: [Errno 2] No such file or directory: '/cfg/serve.yaml'",
+            "bad_argument",
+            "argparse_error",
+        ),
+        # the CLI, then sys.exit(1)
+        (
+            "ERROR 03-02 10:00:01 [main.py:26] --omni flag requires a valid instance of "
+            "vllm-omni to be installed.",
+            "unknown",
+            "package_not_installed",
+        ),
+        # the weight-cache preload daemons, then the server shuts down
+        (
+            "ERROR 03-02 10:00:01 [preload.py:305] Weight cache daemon rank(s) exited during "
+            "startup (exitcodes=[1]); shutting down.",
+            "engine_dead_other",
+            "engine_wrapper",
+        ),
+    ],
+)
+def test_vllm_s_last_words_before_it_exits(line: str, label: str, signature: str) -> None:
+    d = diagnose(HEAD + line + "\n")
+    assert (d.label, d.facts.get("signature")) == (label, signature), d.summary

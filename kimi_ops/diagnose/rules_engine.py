@@ -58,6 +58,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
             "output_handler failed",
             "Engine iteration timed out",
             "Task finished unexpectedly",
+            "Weight cache daemon",
         ),
         [
             r"Engine core initialization failed",
@@ -76,6 +77,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
             r"Task finished unexpectedly\. This should never happen",
             r"Exception in worker \S+ while processing method",
             r"Executor failed",
+            # 0.32's weight-cache preload daemon (one per rank) died before it was ready
+            r"Weight cache daemon rank\(s\) exited during startup",
             r"(?i:got fatal signal from worker processes)",
             r"Error in model execution",  # V0's MQLLMEngine, then it dies
             r"No heartbeat received from MQLLMEngine",  # V0's API server: the engine is gone

@@ -121,6 +121,11 @@ HOST_RULES: tuple[Rule, ...] = (
             # the next lines: a missing flash_attn, a broken extension)
             r"^(?:[\w.]+\.)?RuntimeError: Failed to import (?P<what>[\w.]+) because of the "
             r"following error",
+            # vLLM's CLI logging it before it exits (0.32: "--omni flag requires a valid
+            # instance of vllm-omni to be installed."; "tpu_inference not found, please install
+            # tpu_inference to run vllm on TPU")
+            r"(?P<what>--[\w-]+ flag requires a valid instance of [\w.-]+ to be installed)",
+            r"(?P<what>[\w.-]+ not found, please install [\w.-]+ to run vllm on \w+)",
         ],
         "A package the server imports is missing or broken: {what}. The environment lacks an "
         "optional dependency of a feature, kernel or parser the profile uses (the lines before "

@@ -13,13 +13,16 @@ _ARGUMENT_RULES: tuple[Rule, ...] = (
         "argparse_error",
         "bad_argument",
         100,
-        (": error: ", "unrecognized arguments: "),
+        (": error: ", "unrecognized arguments: ", "Unable to read the config file"),
         [
             r": error: (?P<argerr>(?:unrecognized arguments?|the following arguments are "
             r"required|ambiguous option|argument |invalid choice|unexpected argument|"
             r"expected one argument|one of the arguments).*)",
             # ... its message alone, when a page kept only that line
             r"^(?P<argerr>unrecognized arguments: --?\w.*)",
+            # vLLM's parser reading --config's YAML file (0.32 logs this, then re-raises the
+            # file's error: FileNotFoundError, a YAML error)
+            r"(?P<argerr>Unable to read the config file at \S+?)\.? Check path correctness",
         ],
         "vLLM's argument parser rejected the command line: {argerr}. Fix the profile's "
         "extra_args[[ (now: {extra_args})]][[ - offending: {bad_args}]]: the flag may be "
