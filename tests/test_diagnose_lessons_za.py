@@ -109,3 +109,58 @@ HEAD = "INFO 03-02 10:00:00 [__init__.py:1] Automatically detected platform cuda
 def test_vllm_s_last_words_before_it_exits(line: str, label: str, signature: str) -> None:
     d = diagnose(HEAD + line + "\n")
     assert (d.label, d.facts.get("signature")) == (label, signature), d.summary
+
+
+def _engine_raised(path: str, line: str) -> str:
+    return (
+        "(EngineCore_DP0 pid=9) ERROR 03-02 10:00:41 [core.py:1] EngineCore failed to start.\n"
+        "Traceback (most recent call last):\n"
+        f'  File "/usr/lib/python3/site-packages/vllm/{path}", line 1, in create_weights\n'
+        f"{line}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "line", "label"),
+    [
+        # kernels and backends limited to some architectures, in vLLM 0.32's words
+        (
+            "v1/attention/backends/mla/flashmla.py",
+            "RuntimeError: FlashMLA is only supported on SM90 and SM100",
+            "unsupported_gpu",
+        ),
+        (
+            "models/deepseek_v41/attention.py",
+            "ValueError: nvfp4_ds_mla needs the V4.1 KV records, which FlashMLA decodes only on "
+            "SM100.",
+            "unsupported_gpu",
+        ),
+        # ... raised by a quantized kernel's own check: the checkpoint's quantization
+        (
+            "model_executor/layers/quantization/modelopt_block_quant.py",
+            "ValueError: Block-quantized dense weights require b12x on SM12x",
+            "quantization_unsupported",
+        ),
+        (
+            "model_executor/layers/quantization/fp8.py",
+            "RuntimeError: CUTLASS FP8 kernels are only supported on SM89+",
+            "quantization_unsupported",
+        ),
+    ],
+)
+def test_a_kernel_limited_to_some_architectures(path: str, line: str, label: str) -> None:
+    d = diagnose(LOADING + _engine_raised(path, line))
+    assert (d.label, d.facts.get("signature")) == (label, "gpu_capability"), d.summary
+
+
+def test_a_library_s_arch_check_on_the_way_through_quantization_code_is_the_gpu() -> None:
+    # the quantization module imported a kernel library whose own GPU check failed
+    d = diagnose(
+        LOADING + "(EngineCore_DP0 pid=9) ERROR 03-02 10:00:41 [core.py:1] EngineCore failed to "
+        "start.\nTraceback (most recent call last):\n"
+        '  File "/x/vllm/model_executor/layers/quantization/fp8.py", line 9, in <module>\n'
+        "    import aiter\n"
+        '  File "/x/aiter/jit/utils/chip_info.py", line 71, in get_gfx\n'
+        "RuntimeError: Unknown GPU architecture: gfx1101. Supported architectures: ['gfx942']\n"
+    )
+    assert d.label == "unsupported_gpu", d.summary

@@ -35,6 +35,7 @@ from kimi_ops.diagnose.model import (
 )
 from kimi_ops.diagnose.rules import (
     _FP8_ARCH_KV_RULE,
+    _GPU_CAPABILITY_QUANT_RULE,
     _NO_KERNEL_IMAGE_QUANT_RULE,
     _QUANT_DTYPE_CPU_RULE,
     RULES,
@@ -106,6 +107,13 @@ def _in_quant_code(st: _State) -> bool:
     """Did the failing traceback run last through vLLM's quantization code (not attention)?"""
     quant = st.last_quant_code_pos
     return quant > st.healthy_pos and quant > st.last_attn_frame_pos
+
+
+def _raised_in_quant_code(st: _State) -> bool:
+    """Was the failing traceback's deepest frame in vLLM's quantization code (the check that
+    raised is a quantized kernel's, not a library's it imported on the way)?"""
+    last = st.last_frame
+    return last is not None and last.pos == st.last_quant_code_pos and _in_quant_code(st)
 
 
 #: Rules whose line names a dtype, not whose: they count only in the KV cache's context.
@@ -249,6 +257,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             rule = _FP8_ARCH_KV_RULE
         if rule.name == "no_kernel_image" and _in_quant_code(st):
             rule = _NO_KERNEL_IMAGE_QUANT_RULE
+        if rule.name == "gpu_capability" and _raised_in_quant_code(st):
+            rule = _GPU_CAPABILITY_QUANT_RULE
         if rule.name == "quant_dtype_mismatch" and facts.get("device") == "cpu":
             rule = _QUANT_DTYPE_CPU_RULE
         groups: dict[str, str] = {}

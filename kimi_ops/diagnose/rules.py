@@ -41,6 +41,19 @@ _NO_KERNEL_IMAGE_QUANT_RULE = replace(
     "with a kernel for it.",
     summary="no quantized-kernel image for this GPU",
 )
+#: ``gpu_capability`` when the check that refused the GPU is in quantization code (a quantized
+#: GEMM / MoE kernel limited to some architectures: "Block-quantized dense weights require
+#: b12x on SM12x"): the checkpoint's quantization has no kernel on this GPU.
+_GPU_CAPABILITY_QUANT_RULE = replace(
+    _RULE_BY_NAME["gpu_capability"],
+    label="quantization_unsupported",
+    hint="The quantized kernel the checkpoint needs does not run on this GPU[[ (compute "
+    "capability {compute_capability})]]: the check that refused it is in vLLM's quantization "
+    "code. Serve a checkpoint in a format this GPU runs (unquantized, or another "
+    "quantization), or use a GPU generation the kernel supports.",
+    summary="quantized kernel not supported on this GPU[[ (compute capability "
+    "{compute_capability})]]",
+)
 #: ``quant_dtype_mismatch`` on the CPU build: it casts float16 to bfloat16 itself, so no
 #: --dtype gets the kernels the dtype they take; the quantization has no CPU path.
 _QUANT_DTYPE_CPU_RULE = replace(

@@ -145,6 +145,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "tpu_version",
             "Required aspect",
             "is_fa_version_supported",
+            "on SM",
+            "on sm_",
         ),
         [
             r"GPUs? with compute capability (?:below|less than|<) ?[\d.]+ (?:are|is) not supported",
@@ -179,7 +181,11 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"supported|unsupported (?:GPU|compute capability|CUDA arch)|not supported on "
             r"(?:GPUs? with (?:compute|CUDA) capability|this GPU|the current GPU)|requires "
             r"(?:an? )?(?:GPU with )?(?:CUDA )?(?:compute capability|CUDA capability|sm_?\d+|"
-            r"SM ?\d+))",
+            r"SM ?\d+)"
+            # a kernel or backend limited to some architectures ("only supported on SM89+",
+            # "which FlashMLA decodes only on SM100", "require b12x on SM12x": vLLM 0.32)
+            r"|\bonly (?:supported |available |runs? )?on (?:SM ?|sm_?)\d"
+            r"|\brequires? [\w-]+ on (?:SM ?|sm_?)\d)",
         ],
         "The GPU[[ {gpu}]][[ (compute capability {compute_capability})]] is not supported by "
         "this build or feature. Use a PyTorch/vLLM build compiled for this architecture "
