@@ -164,3 +164,31 @@ def test_a_library_s_arch_check_on_the_way_through_quantization_code_is_the_gpu(
         "RuntimeError: Unknown GPU architecture: gfx1101. Supported architectures: ['gfx942']\n"
     )
     assert d.label == "unsupported_gpu", d.summary
+
+
+@pytest.mark.parametrize(
+    ("path", "line", "dtype"),
+    [
+        (
+            "v1/attention/backends/b12x.py",
+            "NotImplementedError: b12x currently supports only auto, bfloat16, fp8, and "
+            "fp8_e4m3 KV cache dtypes; got nvfp4.",
+            "nvfp4",
+        ),
+        (
+            "v1/attention/backends/triton_attn_diffkv.py",
+            "NotImplementedError: TritonAttentionDiffKVBackend supports only fp8/fp8_e4m3 "
+            "quantized KV cache (got kv_cache_dtype=nvfp4).",
+            "nvfp4",
+        ),
+        (
+            "models/qwen4_exp/amd/qsa.py",
+            "NotImplementedError: Qwen4Exp QSA does not support KV quantization",
+            None,
+        ),
+    ],
+)
+def test_a_backend_naming_the_kv_dtypes_it_takes(path: str, line: str, dtype: str | None) -> None:
+    d = diagnose(LOADING + _engine_raised(path, line))
+    assert d.label == "kv_cache_dtype_unsupported", d.summary
+    assert d.facts.get("kv_cache_dtype") == dtype

@@ -76,6 +76,9 @@ KV_DTYPE_RULES: tuple[Rule, ...] = (
             "cache dtype",
             "fp8_ds_mla",
             "query and key must have the same dtype",
+            "KV cache dtypes",
+            "KV cache (got",
+            "KV quantization",
         ),
         [
             r"Unsupported data type of kv cache:? '?(?P<kv_cache_dtype>\w+)",
@@ -97,6 +100,14 @@ KV_DTYPE_RULES: tuple[Rule, ...] = (
             # FlashAttention's own check: the queries are 16-bit, so the keys (the KV cache)
             # came in another dtype
             r"query and key must have the same dtype",
+            # a backend naming the KV-cache dtypes it takes, then the one it got (vLLM 0.32:
+            # "b12x currently supports only auto, bfloat16, fp8, and fp8_e4m3 KV cache dtypes;
+            # got nvfp4.", "... supports only fp8/fp8_e4m3 quantized KV cache (got
+            # kv_cache_dtype=nvfp4)")
+            r"^[\w.]*(?:Error|Exception)\b.*(?i:\bsupports? only\b|\bonly supports?\b)[^;.]*"
+            r"KV cache(?: dtypes?)?\W+\(?got (?:kv_cache_dtype=)?'?(?P<kv_cache_dtype>[\w\-]+)",
+            # ... or refusing KV quantization as such ("... does not support KV quantization")
+            r"^[\w.]*(?:Error|Exception)\b.*\bdoes not support KV(?:[ -]cache)? quantization",
         ],
         "This vLLM rejects --kv-cache-dtype[[ {kv_cache_dtype}]]: drop the explicit "
         "--kv-cache-dtype from extra_args and run `fab patch-kv-config` to remove the "
