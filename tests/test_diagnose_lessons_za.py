@@ -192,3 +192,38 @@ def test_a_backend_naming_the_kv_dtypes_it_takes(path: str, line: str, dtype: st
     d = diagnose(LOADING + _engine_raised(path, line))
     assert d.label == "kv_cache_dtype_unsupported", d.summary
     assert d.facts.get("kv_cache_dtype") == dtype
+
+
+@pytest.mark.parametrize(
+    ("line", "option"),
+    [
+        # flags and variables newer than options.py's list, as the subject of a ValueError
+        ("ValueError: --grpc-port must be between 0 and 65535", "--grpc-port"),
+        (
+            "ValueError: --weight-cache-master-port is required when the daemons span nodes",
+            "--weight-cache-master-port",
+        ),
+        (
+            "ValueError: Error: --data-parallel-supervisor-port 9000 overlaps with child rank "
+            "ports 9000-9007",
+            "--data-parallel-supervisor-port",
+        ),
+        ("ValueError: VLLM_PORT 'abc' must be a valid integer", "VLLM_PORT"),
+        (
+            "ValueError: VLLM_PORT 'tcp://10.0.0.1:8000' appears to be a URI. This may be caused "
+            "by a Kubernetes service discovery issue",
+            "VLLM_PORT",
+        ),
+    ],
+)
+def test_a_value_error_about_a_flag_or_variable_names_what_to_change(
+    line: str, option: str
+) -> None:
+    d = diagnose(LOADING + _engine_raised("entrypoints/launchers/cli_args.py", line))
+    assert (d.label, d.facts.get("bad_args")) == ("bad_argument", option), d.summary
+
+
+def test_a_flag_suggested_after_another_failure_is_no_refused_flag() -> None:
+    line = "RuntimeError: CUDA graph capture failed; retry with --enforce-eager"
+    d = diagnose(LOADING + _engine_raised("v1/worker/gpu_model_runner.py", line))
+    assert d.label != "bad_argument", d.summary

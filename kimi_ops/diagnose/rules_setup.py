@@ -257,6 +257,13 @@ _ARGUMENT_RULES: tuple[Rule, ...] = (
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*[.:;] (?:Pass|Set|Specify|Disable|Enable) "
             r"[`'\"]?(?P<bad_args>--[a-z][\w-]+)",
             r"^\s*(?:[\w.]+\.)?\w*Error\b.*\b(?P<bad_args>VLLM_[A-Z0-9_]+)=\S+ is not supported\b",
+            # a ValueError whose subject is a flag or a VLLM_* variable and what it needs (flags
+            # newer than options.py's list: 0.32's "--grpc-port must be between 0 and 65535",
+            # "--weight-cache-master-port is required when ...", "VLLM_PORT 'x' must be a valid
+            # integer")
+            r"^\s*(?:[\w.]+\.)?ValueError: (?:Error: )?(?P<bad_args>--[a-z][\w-]+|VLLM_[A-Z0-9_]+)"
+            r"\b(?: '[^']*'| [^\s,;']+)? (?:is required|requires?|must|should|needs?|overlaps|"
+            r"appears to be|is (?:not|invalid)|does not support)\b",
             # vLLM's validation of its options: a ValueError (or pydantic's "Value error, ")
             # whose message names an engine option ("max_cpu_loras (2) must be >= max_loras
             # (4).", "--nnodes 2 requires --data-parallel-backend mp"); not a
