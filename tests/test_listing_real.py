@@ -42,20 +42,29 @@ def session(script: str, env: dict[str, str]) -> Iterator[int]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 5
+        # a loaded machine may take seconds to fork and exec the tree: wait for both (the loop
+        # ends as soon as they are there)
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             members = [p for p in run_listing().procs if p.sid == proc.pid]
-            if len(members) >= 2:
+            if len(members) >= 2 and all(p.argv[:1] != ("bash",) for p in members):
                 break
             time.sleep(0.1)
         yield proc.pid
     finally:
-        for p in run_listing().procs:
-            if p.sid == proc.pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGKILL)
         proc.kill()
         proc.wait()
+        # then every live member of the session this test created, by PID, until none is left
+        # (a child forked while the leader was being killed is caught by the next round; a
+        # killed orphan stays a zombie until init reaps it)
+        for _ in range(50):
+            left = [p.pid for p in run_listing().procs if p.sid == proc.pid and not p.zombie]
+            if not left:
+                break
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
 
 
 ENV = {
