@@ -102,6 +102,14 @@ _SHELL_SIGNALS: dict[str, str] = {
     "terminated": "SIGTERM",  # vLLM's SIGTERM handler: KeyboardInterrupt("terminated")
     "Terminated": "SIGTERM",  # bash's job report
     "Stopping": "SIGTERM",  # systemd stopping the unit
+    # zsh's own words (foreground "zsh: bus error  cmd", or its job report)
+    "killed": "SIGKILL",
+    "segmentation fault": "SIGSEGV",
+    "bus error": "SIGBUS",
+    "IOT instruction": "SIGABRT",
+    "abort": "SIGABRT",
+    "illegal hardware instruction": "SIGILL",
+    "floating point exception": "SIGFPE",
 }
 _SIGNAL_HINTS: dict[str, str] = {
     "SIGKILL": (

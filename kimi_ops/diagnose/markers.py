@@ -136,6 +136,9 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     " context requests, ",
     # vLLM's serving benchmark (bench serve / benchmark_serving.py) result table
     "Mean TTFT (ms):",
+    # ... and its speculative-decoding section, from the server's own metrics (0.1x .. 0.32)
+    "Acceptance rate (%):",
+    "Acceptance length:",
 )
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
@@ -417,7 +420,10 @@ _VLLM_ORIGIN_RE = re.compile(  # (a custom date format may add the year)
 #: frame is the request handler (logged inside it: only its utility branch does that).
 _ENGINE_LOGGER_RE = re.compile(
     r"\bERROR (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-    r"\[?(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine)\.py:\d+\]"
+    r"\[?(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine"
+    # vllm-ascend replaces run_engine_core (vllm_ascend/patch/platform/patch_core.py) and logs
+    # the engine's fatal errors from there
+    r"|patch_core)\.py:\d+\]"
 )
 _SURVIVED_FRAME_RE = re.compile(r", in (?:_invoke_utility_method|preprocess_add_request)\b")
 _SURVIVED_FIRST_FRAME_RE = re.compile(r", in _handle_client_request\b")
@@ -465,9 +471,12 @@ _ATTN_FRAME_RE = re.compile(
 )
 _QUANT_FRAME_RE = re.compile(r"(?i:/quantization/|fused_moe|scaled_mm|gemm|matmul|/linear\.py)")
 #: A frame in vLLM's configuration / argument checks: an exception raised there is vLLM
-#: refusing a setting (``_CONFIG_REFUSAL_RE`` says which exceptions count).
+#: refusing a setting (``_CONFIG_REFUSAL_RE`` says which exceptions count). SamplingParams'
+#: own check (``_verify_args``: "max_tokens must be at least 1, got -239") refuses a
+#: generation setting, which an in-process caller (an RL trainer) dies of.
 _CONFIG_FRAME_RE = re.compile(
-    r"/vllm/(?:config(?:/|\.py\b)|engine/arg_utils\.py|entrypoints/openai/cli_args\.py)"
+    r"/vllm/(?:config(?:/|\.py\b)|engine/arg_utils\.py|entrypoints/openai/cli_args\.py"
+    r"|sampling_params\.py)"
 )
 #: ... and the serve command's own argument check (cli_args' validate_parsed_serve_args, not
 #: the parser's construction, which imports plugins): whatever it calls (a chat template's

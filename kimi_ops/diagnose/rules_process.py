@@ -38,6 +38,14 @@ PROCESS_RULES: tuple[Rule, ...] = (
             "Segmentation fault",
             "Aborted",
             "Bus error",
+            "zsh: ",
+            "killed  ",
+            "segmentation fault  ",
+            "bus error  ",
+            "IOT instruction  ",
+            "abort  ",
+            "illegal hardware instruction  ",
+            "floating point exception  ",
             "Illegal instruction",
             "Floating point exception",
             "Memory access fault by GPU",
@@ -63,6 +71,11 @@ PROCESS_RULES: tuple[Rule, ...] = (
             r"Floating point exception)$",
             r"line \d+:\s+\d+\s+(?P<shell_signal>Segmentation fault|Aborted|Bus error|Illegal "
             r"instruction|Floating point exception)\b",
+            # zsh's words (5.9), for a foreground command ("zsh: bus error  python3 ..") and in
+            # its job report ("[1]    817166 bus error  python3", "[1]  + 4566 killed     ..")
+            r"^(?:zsh: |\[\d+\] +[+-]? +(?:\d+ +)?)(?P<shell_signal>killed|segmentation fault|bus "
+            r"error|IOT instruction|abort|illegal hardware instruction|floating point exception)"
+            r"(?: \(core dumped\))? +\S",
             # the ROCm (HSA) runtime prints this, then aborts the process
             r"(?P<hsa_fault>Memory access fault by GPU node-\d+)",
             r"(?:^|: )Killed process \d+",  # the kernel's OOM killer (dmesg)

@@ -209,6 +209,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "EL0004",
             "is allocated by PyTorch",
             "Ran out of memory in memory space",
+            "Attempting to reserve ",
             "Failed to load model - not enough",
         ),
         [
@@ -225,6 +226,11 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # ... XLA's own words when a compiled program does not fit ("Ran out of memory in
             # memory space vmem while allocating on stack for ...")
             r"Ran out of memory in memory space (?:vmem|hbm|smem|cmem)\b",
+            # ... and the TPU runtime loading a program whose buffers do not fit in HBM, even
+            # when the "RESOURCE_EXHAUSTED: " before it is on another line or cut ("Attempting
+            # to reserve 420.19M at the bottom of memory. That was not possible. There are
+            # 203.73M free, 0B reserved, and 203.73M reservable.")
+            r"\bAttempting to reserve [\d.]+[KMGT]?i?B?\b.*\bThere are [\d.]+[KMGT]?i?B? free\b",
             # Ascend's runtime (CANN error code EL0004): device memory could not be allocated
             r"(?:^|[(:\s])EL0004\)?: (?:\[PID: \d+\] \S+ )?Failed to allocate memory",
             # AWS Neuron's runtime could not allocate a tensor on the NeuronCore

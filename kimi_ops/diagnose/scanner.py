@@ -81,6 +81,11 @@ from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL
 #: the trigger lines: an excerpt pasted into an issue is small, and its one telling line
 #: may hold none of the trigger words. Past it, the trigger scan keeps big logs fast.
 _FULL_SCAN = 64 * 1024
+#: A running server's own traffic lines (V1's API-server stats logger, uvicorn's access log):
+#: it goes on printing them while it stops, so one after a stop keeps the stop (the requests
+#: it then fails with EngineDeadError are the teardown). An offline tool's result line
+#: ("Throughput: ..", "Processed prompts") ends its run: what follows may be a new one.
+_SERVING_WHILE_STOPPING = ("Avg prompt throughput", 'HTTP/1.1" ')
 
 
 class _Hit(NamedTuple):
@@ -291,7 +296,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.healthy_pos = pos
             st.healthy_text = ev[2]
             st.hits = {}
-            st.shutdown_pos = -1
+            if not (frequent and any(k in ev[2] for k in _SERVING_WHILE_STOPPING)):
+                st.shutdown_pos = -1  # (a new run after the stop, or no stop at all)
             st.first_exc_since_healthy = None
             st.first_exc_since_progress = None
             st.last_progress_pos = max(st.last_progress_pos, pos)
