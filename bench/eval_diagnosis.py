@@ -87,7 +87,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-z": ("c06a9b1", "7843d90"),
     "blind-z2": ("0874895", "9c61842"),
     "blind-za": ("3999916", "1ef67d8"),
-    "blind-zb": ("d22421f", None),
+    "blind-zb": ("d22421f", "922bc66"),
 }
 
 

@@ -207,8 +207,9 @@ def test_corpus_evaluation_runs() -> None:
     "/ 88.9 / 92.0 / 92.8 / 87.0 / 92.9 / 89.3% < 95% when first scored; Y 96.2% but 80 "
     "excerpts (< 100) with 1 failure read as healthy; Z 90.9% (132 excerpts, 3 failures read "
     "as starting/healthy); Z2 89.6% but 48 excerpts, 2 failures read as starting; ZA 94.4% "
-    "(108 excerpts, 2 failures read as starting); ZA (newest) is spent: its misses were read "
-    "and learned from",
+    "(108 excerpts, 2 failures read as starting); ZB 90.9% (121 excerpts, 2 failures read as "
+    "starting, 1 healthy as a failure); ZB (newest) is spent: its misses were read and learned "
+    "from",
     strict=False,
 )
 def test_corpus_meets_issue_13() -> None:
