@@ -151,3 +151,16 @@ def test_vllm_ascend_s_engine_core_logger_prints_the_engine_s_death() -> None:
         "self._initialize_kv_caches(\n"
     )
     assert d.label == "engine_dead_other", d.summary
+
+
+def test_lmcache_storing_a_request_s_kv_shows_requests_running() -> None:
+    # LMCache's cache engine, under a Ray worker inside the engine core, only for real requests
+    w = "(EngineCore_DP0 pid=2) (RayWorkerWrapper pid=9) [2025-12-12 07:15:17,031] LMCache INFO: "
+    d = diagnose(
+        w
+        + "Post-initializing LMCacheEngine (cache_engine.py:241:lmcache.v1.cache_engine)\n"
+        + w
+        + "Storing KV cache for 16 out of 16 tokens (skip_leading_tokens=0) for request "
+        "chatcmpl-1\n" + w + "Stored 16 out of total 16 tokens. size: 0.0019 gb, cost 0.8 ms\n"
+    )
+    assert d.label == "healthy", d.summary

@@ -139,6 +139,10 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     # ... and its speculative-decoding section, from the server's own metrics (0.1x .. 0.32)
     "Acceptance rate (%):",
     "Acceptance length:",
+    # LMCache (a KV connector) storing / retrieving a request's KV cache: requests are running
+    "Storing KV cache for ",
+    "LMCache INFO: Stored ",
+    "LMCache INFO: Retrieved ",
 )
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
