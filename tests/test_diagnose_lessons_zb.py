@@ -26,11 +26,22 @@ LOADING = (
         ("zsh: killed     vllm serve org/m --port 8000", "SIGKILL"),  # a foreground command
         ("zsh: IOT instruction  python3 serve.py", "SIGABRT"),
         ("zsh: illegal hardware instruction  vllm serve org/m", "SIGILL"),
+        # SIGTERM before the server was up: as bash's "[1]+  Terminated  cmd"
+        ("[1]  + 4692 terminated  vllm serve org/m", "SIGTERM"),
     ],
 )
 def test_zsh_s_words_for_a_process_killed_by_a_signal(line: str, signal: str) -> None:
     d = diagnose(LOADING + line + "\n")
     assert (d.label, d.facts.get("signal")) == ("engine_killed", signal), d.summary
+
+
+def test_zsh_s_terminated_after_the_server_was_up_is_a_stop() -> None:
+    d = diagnose(
+        "(APIServer pid=7) INFO 04-21 15:00:00 [api_server.py:1] Starting vLLM API server 0 on "
+        "http://0.0.0.0:8000\n(APIServer pid=7) INFO:     Application startup complete.\n"
+        "zsh: terminated  vllm serve org/m\n"
+    )
+    assert (d.label, d.facts.get("shutdown")) == ("healthy", "true"), d.summary
 
 
 def test_zsh_words_inside_a_sentence_are_no_signal() -> None:

@@ -330,7 +330,9 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
     }
 )
 #: Stop words that count only on a stop-request line (``_STOP_REQUEST_RE``): Slurm, systemd, bash.
-_STOP_ONLY_KEYWORDS = frozenset({"CANCELLED AT", ".service", "  Terminated ", "exit code: -15"})
+_STOP_ONLY_KEYWORDS = frozenset(
+    {"CANCELLED AT", ".service", "  Terminated ", "terminated  ", "exit code: -15"}
+)
 #: vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task (an
 #: engine death ends uvicorn without it): a stop request, by a server that was up.
 _FASTAPI_STOP = r"^Shutting down FastAPI HTTP server"
@@ -357,6 +359,7 @@ _STOP_REQUEST_RE = re.compile(
     # systemd stopping the unit (SIGTERM to its processes); bash's report of a SIGTERMed job
     r"|^(?:Stopping|Stopped) \S+\.service\b"  # (the journal's "host systemd[1]: " is stripped)
     r"|^\[\d+\][+-]? +Terminated +\S|\bdied, exit code: -15\b"  # (V0: a worker SIGTERMed)
+    r"|^(?:zsh: |\[\d+\] +[+-]? +(?:\d+ +)?)terminated +\S"  # zsh's words for a SIGTERMed job
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.

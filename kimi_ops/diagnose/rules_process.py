@@ -46,6 +46,7 @@ PROCESS_RULES: tuple[Rule, ...] = (
             "abort  ",
             "illegal hardware instruction  ",
             "floating point exception  ",
+            "terminated  ",
             "Illegal instruction",
             "Floating point exception",
             "Memory access fault by GPU",
@@ -74,7 +75,8 @@ PROCESS_RULES: tuple[Rule, ...] = (
             # zsh's words (5.9), for a foreground command ("zsh: bus error  python3 ..") and in
             # its job report ("[1]    817166 bus error  python3", "[1]  + 4566 killed     ..")
             r"^(?:zsh: |\[\d+\] +[+-]? +(?:\d+ +)?)(?P<shell_signal>killed|segmentation fault|bus "
-            r"error|IOT instruction|abort|illegal hardware instruction|floating point exception)"
+            r"error|IOT instruction|abort|illegal hardware instruction|floating point exception"
+            r"|terminated)"  # (SIGTERM: a stop; before the server was up, as bash's Terminated)
             r"(?: \(core dumped\))? +\S",
             # the ROCm (HSA) runtime prints this, then aborts the process
             r"(?P<hsa_fault>Memory access fault by GPU node-\d+)",
