@@ -329,7 +329,8 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Shutting down FastAPI",  # the HTTP launcher's stop on SIGINT / SIGTERM (0.4 .. 0.1x)
     }
 )
-#: Stop words that count only on a stop-request line (``_STOP_REQUEST_RE``): Slurm, systemd, bash.
+#: Stop words that count only on a stop-request line (``_STOP_REQUEST_RE``): Slurm, systemd, bash,
+#: zsh.
 _STOP_ONLY_KEYWORDS = frozenset(
     {"CANCELLED AT", ".service", "  Terminated ", "terminated  ", "exit code: -15"}
 )
