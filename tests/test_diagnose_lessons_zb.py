@@ -1,8 +1,9 @@
 """What blind set ZB's misses taught (2026-12-04), each as a general fact, in lines shaped like
 the ones the misses held (not copies of them); zsh's words were read off zsh 5.9 here, with a
-process killing itself with each signal. Each test failed before, but for the three guards
-(words in a sentence, an engine dying while serving, a new run after an offline result),
-which passed before and must go on passing."""
+process killing itself with each signal, and bash 5.2's job reports beside them. Each test
+failed before, but for the three guards (words in a sentence, an engine dying while serving, a
+new run after an offline result) and bash's core-dump report, which passed before and must go
+on passing."""
 
 from __future__ import annotations
 
@@ -28,9 +29,15 @@ LOADING = (
         ("zsh: illegal hardware instruction  vllm serve org/m", "SIGILL"),
         # SIGTERM before the server was up: as bash's "[1]+  Terminated  cmd"
         ("[1]  + 4692 terminated  vllm serve org/m", "SIGTERM"),
+        # bash 5.2's job reports, read off it here beside zsh's: Killed read unknown, Bus error
+        # and Aborted starting (a core dump was already read)
+        ("[1]+  Killed                  python3 -m vllm.entrypoints.openai.api_server", "SIGKILL"),
+        ("[1]+  Bus error               vllm serve org/m", "SIGBUS"),
+        ("[2]-  Segmentation fault      (core dumped) vllm serve org/m", "SIGSEGV"),
+        ("[1]+  Aborted                 vllm serve org/m", "SIGABRT"),
     ],
 )
-def test_zsh_s_words_for_a_process_killed_by_a_signal(line: str, signal: str) -> None:
+def test_a_shell_s_words_for_a_process_killed_by_a_signal(line: str, signal: str) -> None:
     d = diagnose(LOADING + line + "\n")
     assert (d.label, d.facts.get("signal")) == ("engine_killed", signal), d.summary
 

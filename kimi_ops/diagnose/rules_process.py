@@ -116,6 +116,10 @@ PROCESS_RULES: tuple[Rule, ...] = (
             # a stop before the server was up: systemd stopping the unit, bash's job report
             r"^(?P<shell_signal>Stopping) \S+\.service\b",
             r"^\[\d+\][+-]? +(?P<shell_signal>Terminated) +\S",
+            # bash's job report of a job that died of a signal ("[1]+  Killed    python3 ..",
+            # "[2]-  Segmentation fault      (core dumped) vllm serve ..")
+            r"^\[\d+\][+-]? +(?P<shell_signal>Killed|Segmentation fault|Bus error|Aborted|Illegal "
+            r"instruction|Floating point exception)(?: +\(core dumped\))? +\S",
             # Slurm cancelling the job or step before the server was up (scancel, the time
             # limit): SIGTERM to the tasks, SIGKILL after its grace period
             r"\*\*\* (?:JOB|STEP) \S+ ON \S+ (?P<slurm_cancel>CANCELLED AT \S+(?: DUE TO "
