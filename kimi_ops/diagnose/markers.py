@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from kimi_ops.diagnose.model import _STAGE_INDEX
+from kimi_ops.diagnose.model import _STAGE_INDEX, BASH_JOB_REPORT, ZSH_JOB_REPORT
 from kimi_ops.diagnose.rules import RULES
 
 
@@ -144,6 +144,11 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "LMCache INFO: Stored ",
     "LMCache INFO: Retrieved ",
 )
+#: Of those, a running server's own traffic lines (V1's API-server stats logger, uvicorn's
+#: access log): it goes on printing them while it stops, so one after a stop keeps the stop
+#: (the requests it then fails with EngineDeadError are the teardown). An offline tool's result
+#: line ("Throughput: ..", "Processed prompts") ends its run: what follows may be a new one.
+_SERVING_WHILE_STOPPING = ("Avg prompt throughput", 'HTTP/1.1" ')
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
 _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
@@ -359,8 +364,8 @@ _STOP_REQUEST_RE = re.compile(
     r"|\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?! DUE TO NODE FAILURE)"
     # systemd stopping the unit (SIGTERM to its processes); bash's report of a SIGTERMed job
     r"|^(?:Stopping|Stopped) \S+\.service\b"  # (the journal's "host systemd[1]: " is stripped)
-    r"|^\[\d+\][+-]? +Terminated +\S|\bdied, exit code: -15\b"  # (V0: a worker SIGTERMed)
-    r"|^(?:zsh: |\[\d+\] +[+-]? +(?:\d+ +)?)terminated +\S"  # zsh's words for a SIGTERMed job
+    rf"|{BASH_JOB_REPORT}Terminated +\S|\bdied, exit code: -15\b"  # (V0: a worker SIGTERMed)
+    rf"|{ZSH_JOB_REPORT}terminated +\S"  # zsh's words for a SIGTERMed job
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.

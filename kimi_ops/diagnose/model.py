@@ -63,6 +63,12 @@ REFUSES = (
     r"not (?:yet )?implemented|does(?: not|n't) (?:yet )?support)"
 )
 
+#: How a shell starts its report of a job that ended (a regex fragment, anchored): bash's job
+#: table ("[1]+  Killed   cmd") and zsh's, foreground ("zsh: killed  cmd") or job table ("[1]
+#: + 4566 killed  cmd", the PID with ``setopt longlistjobs``). The signal's word follows.
+BASH_JOB_REPORT = r"^\[\d+\][+-]? +"
+ZSH_JOB_REPORT = r"^(?:zsh: |\[\d+\] +[+-]? +(?:\d+ +)?)"
+
 
 def _compile_all(patterns: Iterable[str]) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p) for p in patterns)

@@ -3,7 +3,7 @@ with no label of its own (unknown)."""
 
 from __future__ import annotations
 
-from kimi_ops.diagnose.model import Rule, _rule
+from kimi_ops.diagnose.model import BASH_JOB_REPORT, ZSH_JOB_REPORT, Rule, _rule
 
 PROCESS_RULES: tuple[Rule, ...] = (
     # --------------------------------------------------------------- engine_killed
@@ -74,7 +74,7 @@ PROCESS_RULES: tuple[Rule, ...] = (
             r"instruction|Floating point exception)\b",
             # zsh's words (5.9), for a foreground command ("zsh: bus error  python3 ..") and in
             # its job report ("[1]    817166 bus error  python3", "[1]  + 4566 killed     ..")
-            r"^(?:zsh: |\[\d+\] +[+-]? +(?:\d+ +)?)(?P<shell_signal>killed|segmentation fault|bus "
+            ZSH_JOB_REPORT + r"(?P<shell_signal>killed|segmentation fault|bus "
             r"error|IOT instruction|abort|illegal hardware instruction|floating point exception"
             r"|terminated)"  # (SIGTERM: a stop; before the server was up, as bash's Terminated)
             r"(?: \(core dumped\))? +\S",
@@ -113,12 +113,13 @@ PROCESS_RULES: tuple[Rule, ...] = (
             # kernel's OOM killer
             r"Main process exited, code=(?:killed|dumped), status=(?P<signum>\d+)/",
             r"(?:Failed with result 'oom-kill'|has been killed by the OOM killer)",
-            # a stop before the server was up: systemd stopping the unit, bash's job report
+            # a stop before the server was up: systemd stopping the unit
             r"^(?P<shell_signal>Stopping) \S+\.service\b",
-            r"^\[\d+\][+-]? +(?P<shell_signal>Terminated) +\S",
             # bash's job report of a job that died of a signal ("[1]+  Killed    python3 ..",
-            # "[2]-  Segmentation fault      (core dumped) vllm serve ..")
-            r"^\[\d+\][+-]? +(?P<shell_signal>Killed|Segmentation fault|Bus error|Aborted|Illegal "
+            # "[2]-  Segmentation fault      (core dumped) vllm serve ..") or was stopped before
+            # the server was up ("[1]+  Terminated   vllm serve ..")
+            BASH_JOB_REPORT
+            + r"(?P<shell_signal>Terminated|Killed|Segmentation fault|Bus error|Aborted|Illegal "
             r"instruction|Floating point exception)(?: +\(core dumped\))? +\S",
             # Slurm cancelling the job or step before the server was up (scancel, the time
             # limit): SIGTERM to the tasks, SIGKILL after its grace period

@@ -47,6 +47,7 @@ from kimi_ops.diagnose.markers import (
     _PROGRESS_RE,
     _QUANT_CODE_RE,
     _QUANT_FRAME_RE,
+    _SERVING_WHILE_STOPPING,
     _STOP_REQUEST_RE,
     _SURVIVED_FIRST_FRAME_RE,
     _SURVIVED_FRAME_RE,
@@ -81,11 +82,6 @@ from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL
 #: the trigger lines: an excerpt pasted into an issue is small, and its one telling line
 #: may hold none of the trigger words. Past it, the trigger scan keeps big logs fast.
 _FULL_SCAN = 64 * 1024
-#: A running server's own traffic lines (V1's API-server stats logger, uvicorn's access log):
-#: it goes on printing them while it stops, so one after a stop keeps the stop (the requests
-#: it then fails with EngineDeadError are the teardown). An offline tool's result line
-#: ("Throughput: ..", "Processed prompts") ends its run: what follows may be a new one.
-_SERVING_WHILE_STOPPING = ("Avg prompt throughput", 'HTTP/1.1" ')
 
 
 class _Hit(NamedTuple):
