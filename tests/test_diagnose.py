@@ -649,6 +649,25 @@ def test_benign_mentions_do_not_decide_the_label(benign: str) -> None:
             "[vllm.py:1721] Cudagraph is disabled under eager mode",
             "Cudagraph is disabled under eager mode",
         ),
+        # the other `journalctl -o` formats of a systemd unit's log, and syslog's headers
+        ("2026-12-04T23:00:01+0000 gpu-01 python3[481]: ValueError: iso", "ValueError: iso"),
+        ("Dec 04 23:00:01.123456 gpu-01 vllm[481]: ValueError: precise", "ValueError: precise"),
+        ("Fri 2026-12-04 23:00:01 UTC gpu-01 vllm[481]: ValueError: full", "ValueError: full"),
+        ("[ 1234.567890] gpu-01 vllm[481]: ValueError: monotonic", "ValueError: monotonic"),
+        ("<14>Dec  4 23:00:01 gpu-01 vllm[481]: ValueError: rfc3164", "ValueError: rfc3164"),
+        (
+            "<14>1 2026-12-04T23:00:01.003Z gpu-01 vllm 481 - - ValueError: rfc5424",
+            "ValueError: rfc5424",
+        ),
+        # the kernel's own lines keep the process they name (dmesg, journalctl -k)
+        (
+            "[ 1234.567890] python3[481]: segfault at 0 ip 00007f error 4",
+            "[ 1234.567890] python3[481]: segfault at 0 ip 00007f error 4",
+        ),
+        (
+            "Dec 04 23:00:01 gpu-01 kernel: python3[481]: segfault at 0 ip 00007f error 4",
+            "python3[481]: segfault at 0 ip 00007f error 4",
+        ),
     ],
 )
 def test_clean_line(raw: str, clean: str) -> None:

@@ -3,8 +3,9 @@ viewers and pastes wrap lines, gets the label it gets bare.
 
 The real excerpts in ``tests/fixtures/corpus`` come with whatever decoration their source had;
 the same log reaches users through docker compose, ``kubectl logs --prefix``, timestamping
-log shippers, docker's json-file records, markdown quotes, k9s, the launchers' per-rank
-labels (srun, torchrun, mpirun) and vLLM's own colour formatter. A rule that only works on
+log shippers, systemd's journal and syslog servers, docker's json-file records, markdown
+quotes, k9s, the launchers' per-rank labels (srun, torchrun, mpirun) and vLLM's own colour
+formatter. A rule that only works on
 one decoration is fitted to it, so each excerpt is decorated line by line and diagnosed again.
 Tools' own labels (stern's pod and container, pdsh's host) match no pattern: they are learned
 from the log's first lines.
@@ -57,6 +58,9 @@ DECORATIONS: dict[str, Callable[[str], str]] = {
         + "\n"
     ),
     "viewer": lambda line: "2026-01-01 00:00:00.123 | " + line,
+    # a systemd unit's log: journalctl -o short-iso, and a syslog server's RFC 5424 records
+    "journald_iso": lambda line: "2026-01-01T00:00:00+0000 gpu-node-01 python3[4821]: " + line,
+    "rfc5424": lambda line: "<14>1 2026-01-01T00:00:00.1Z gpu-node-01 vllm 4821 - - " + line,
     "quote": lambda line: "> " + line,
     "srun": lambda line: "0: " + line,  # srun --label (Slurm)
     "torchrun": lambda line: "[default0]:" + line,  # torchrun --tee

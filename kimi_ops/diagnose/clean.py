@@ -23,7 +23,12 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | [ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
         (?:\|[ ]?)?                                          # ... "ts | " (log viewers)
         (?:std(?:out|err)[ ][FP][ ])?                        # ... CRI's stream and tag
-      | \w{2,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d[ ]\S+[ ][\w.\-/]+(?:\[\d+\])?:[ ]  # syslog
+        (?:[\w.\-]+[ ][\w.\-/@]+\[\d+\]:[ ])?                 # ... journalctl -o short-iso
+      | (?:<\d{1,3}>)?(?:\w{2,4}\.?[ ]+\d{1,2}[ ]\d\d:\d\d:\d\d(?:\.\d+)?  # syslog, short-precise
+          |\w{3}[ ]\d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d[ ]\w+)   # journalctl -o short-full
+        [ ]\S+[ ][\w.\-/@]+(?:\[\d+\])?:[ ]                  # ... host ident[pid]:
+      | \[[ ]*\d+\.\d+\][ ][\w.\-]+[ ][\w.\-/@]+\[\d+\]:[ ]     # journalctl -o short-monotonic
+      | <\d{1,3}>\d[ ]\S+[ ]\S+[ ]\S+[ ]\S+[ ]\S+[ ](?:-|(?:\[[^\]]*\])+)[ ]?  # RFC 5424 header
       | [│┃][ ]*                                              # k9s / kubectl box border
       | \[pod/[\w.\-]+/[\w.\-]+\](?:[ ]|$)                    # kubectl logs --prefix
       | \((?:[^()\s]+[ ])*?pid=\d+[^()]*\)[ ]?               # (APIServer pid=1)
@@ -151,7 +156,8 @@ def clean_line(line: str) -> str:
     """Return the message of one log line, without decoration.
 
     Strips ANSI colour codes and, repeatedly, leading markdown ``>`` quote marks,
-    docker-compose ``service-1  | `` prefixes, ISO / bracketed / syslog timestamps,
+    docker-compose ``service-1  | `` prefixes, ISO / bracketed / syslog timestamps and
+    ``journalctl``'s ``host ident[pid]:`` in each of its ``-o short*`` formats,
     process prefixes (``(APIServer pid=1)``, ``(EngineCore_DP0 pid=2)``,
     ``(VllmWorker rank=3 pid=4)``), ``[rank0]:``, pytest's ``E   ``, the vLLM / uvicorn level prefix
     (``INFO 03-20 14:02:11 [file.py:12] ``, ``ERROR:    ``). Traceback indentation is
