@@ -44,9 +44,10 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | \|[ ](?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ ]\|[ ][\w.\-]+[ ]\|[ ]  # FastChat
       | [ \t]*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)      # level ...
         (?::[ ]+
-          |[ ]+(?=\d\d-\d\d[ ]|\d{4}-\d\d|\[[\w.\-/]+\.py:\d+\]|[\w.\-/]+\.py:\d+\]))
+          |[ ]+(?=\d\d-\d\d[ ]|\d{4}-\d\d|\[[\w.\-/]+\.py(?::\d+)?\]|[\w.\-/]+\.py:\d+\]))
         (?:\d{2,4}-\d\d(?:-\d\d)?[ ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?[ ]+)?  # ... timestamp
-        (?:\[?[\w.\-/]+\.py:\d+\[?\][ ]?)?                 # ... [file.py:12] ("12[]" pasted)
+        (?:\[?[\w.\-/]+\.py:\d+\[?\][ ]?|\[[\w.\-/]+\.py\][ ]?)?  # ... [file.py:12] ("12[]"
+        #                                             pasted; [file.py]: a JSON record's logger)
     )+""",
     re.X,
 )
@@ -76,6 +77,84 @@ def unwrap_docker_json(block: str) -> str:
     line it holds; other lines unchanged."""
     lines = block.split("\n")
     return "\n".join(_unwrapped(ln) if ln[:1] == "{" else ln for ln in lines)
+
+
+#: A structured log record, one JSON object a line: vLLM's own ``--logging-config.formatter
+#: json`` (0.32; python-json-logger with asctime, levelname, name, processName, process,
+#: message, vllm_process_name, and the traceback in exc_info), and the like configured through
+#: VLLM_LOGGING_CONFIG_PATH or a log shipper (msg / level / time / logger keys).
+_JSON_RECORD_KEYS = ('"message"', '"msg"')
+_RECORD_TIME_RE = re.compile(r"\d{4}-(\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
+_RECORD_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
+
+
+def _first(record: dict[str, object], *keys: str) -> str:
+    for key in keys:
+        value = record.get(key)
+        if value is not None and value != "":
+            return str(value)
+    return ""
+
+
+def _record_lines(record: dict[str, object]) -> list[str] | None:
+    """The lines vLLM's text formatter prints for this JSON log record (every line of the
+    message and of its traceback behind the record's header, as its NewLineFormatter does),
+    or ``None`` when the object is no log record."""
+    message = record.get("message", record.get("msg"))
+    if not isinstance(message, str):
+        return None
+    head = ""
+    proc, pid = _first(record, "vllm_process_name"), _first(record, "process")
+    if proc and pid.isdigit():
+        head = f"({proc} pid={pid}) "
+    level = _first(record, "levelname", "level", "severity").upper()
+    level = "WARNING" if level == "WARN" else level
+    if level in _RECORD_LEVELS:
+        head += level + " "
+        when = _RECORD_TIME_RE.search(_first(record, "asctime", "time", "timestamp"))
+        if when is not None:
+            head += f"{when[1]} {when[2]} "
+        where = _first(record, "filename")
+        if where:  # a custom format's %(filename)s:%(lineno)d; else the logger's module
+            line = _first(record, "lineno")
+            head += f"[{where}:{line}] " if line.isdigit() else f"[{where}] "
+        elif (name := _first(record, "name", "logger")) and name.replace(".", "_").isidentifier():
+            head += f"[{name.rsplit('.', 1)[-1]}.py] "
+    text = message
+    for key in ("exc_info", "exc_text", "stack_info"):
+        extra = record.get(key)
+        if isinstance(extra, str) and extra and extra != "None":
+            text += "\n" + extra.rstrip("\n")
+    return [head + part for part in text.split("\n")]
+
+
+def _unwrap_record(line: str) -> str:
+    start = line.find('{"')
+    if start < 0 or not any(k in line for k in _JSON_RECORD_KEYS):
+        return line
+    prefix = line[:start]
+    if prefix:  # a decoration before the record (compose, kubectl, a timestamp): kept
+        known = _PREFIX_RE.match(uncolored(prefix))
+        if known is None or known.end() != len(uncolored(prefix)):
+            return line
+    try:
+        record = json.loads(line[start:])
+    except ValueError:
+        return line
+    lines = _record_lines(record) if isinstance(record, dict) else None
+    return line if lines is None else "\n".join(prefix + part for part in lines)
+
+
+def unwrap_json_records(block: str) -> str:
+    """``block`` (complete lines) with each structured JSON log record written as the lines
+    vLLM's text formatter prints for it (its traceback one line a frame, as the rules read
+    it); other lines unchanged."""
+    return "\n".join(_unwrap_record(ln) if '{"' in ln else ln for ln in block.split("\n"))
+
+
+def has_json_records(block: str) -> bool:
+    """Whether ``block`` may hold structured JSON log records (a cheap test first)."""
+    return '{"' in block and any(k + ":" in block for k in _JSON_RECORD_KEYS)
 
 
 #: How many of a log's first non-empty lines decide its learned line prefix (below).

@@ -422,7 +422,7 @@ _SOURCE_LINE_RE = re.compile(r"""^\s+(?:-*>\s*)?(?:\d+\s+)?[\w.]*\w\(\s*f?["']""
 #: before 0.8 without ``[``) or its processes' prefixes: an exception raised or logged by vLLM.
 _VLLM_ORIGIN_RE = re.compile(  # (a custom date format may add the year)
     r"(?:^|[\s|)\]>*:])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.\-/]+\.py:\d+\]"
+    r"(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[?[\w.\-/]+\.py:\d+|\[[\w.\-/]+\.py)\]"
     r"|\((?:EngineCore|VllmWorker|Worker_|APIServer|RayWorkerWrapper)[^()]*pid=\d+"
 )
 #: The engine process's own error logger (V1's EngineCore ``[core.py:N]`` / ``[v1/engine/
@@ -436,7 +436,7 @@ _ENGINE_LOGGER_RE = re.compile(
     r"\[?(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine"
     # vllm-ascend replaces run_engine_core (vllm_ascend/patch/platform/patch_core.py) and logs
     # the engine's fatal errors from there
-    r"|patch_core)\.py:\d+\]"
+    r"|patch_core)\.py(?::\d+)?\]"  # no line: a JSON record's logger (clean._record_lines)
 )
 _SURVIVED_FRAME_RE = re.compile(r", in (?:_invoke_utility_method|preprocess_add_request)\b")
 _SURVIVED_FIRST_FRAME_RE = re.compile(r", in _handle_client_request\b")

@@ -11,8 +11,10 @@ from kimi_ops.diagnose.candidates import _CONT, _OPEN_FRAME, _candidate_lines
 from kimi_ops.diagnose.clean import (
     DOCKER_JSON_START,
     clean_line,
+    has_json_records,
     strip_line_prefix,
     unwrap_docker_json,
+    unwrap_json_records,
 )
 from kimi_ops.diagnose.events import (
     _ENGINE_INITIALIZED,
@@ -433,6 +435,8 @@ def _process(st: _State, block: str) -> None:
         block = unwrap_docker_json(block)
     if st.line_prefix is not None:
         block = strip_line_prefix(block, st.line_prefix)
+    if has_json_records(block):  # structured records: read the lines vLLM's text would be
+        block = unwrap_json_records(block)
     base = st.offset
     st.offset += len(block)
     scan = block.replace("\r", "\n") if "\r" in block else block
