@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -88,49 +89,63 @@ _RECORD_TIME_RE = re.compile(r"\d{4}-(\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
 _RECORD_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 
 
-def _first(record: dict[str, object], *keys: str) -> str:
-    for key in keys:
-        value = record.get(key)
-        if value is not None and value != "":
-            return str(value)
-    return ""
+@functools.lru_cache(maxsize=256)
+def _record_head(proc: str, pid: str, level: str, where: str) -> tuple[str, str]:
+    """The header vLLM's text formatter prints before each line of a record, in two parts
+    around the time: ``("(EngineCore pid=9) ERROR ", "[core.py] ")``; no line number (a JSON
+    record of vLLM's own format has none: its logger's module stands for the file)."""
+    head = f"({proc} pid={pid}) " if proc and pid.isdigit() else ""
+    level = level.upper()
+    level = "WARNING" if level == "WARN" else level
+    if level not in _RECORD_LEVELS:
+        return head, ""
+    return head + level + " ", f"[{where}] " if where else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _logger_file(name: str) -> str:
+    """``vllm.v1.engine.core`` -> ``core.py`` (vLLM's loggers are named after their module)."""
+    return name.rsplit(".", 1)[-1] + ".py" if name.replace(".", "_").isidentifier() else ""
 
 
 def _record_lines(record: dict[str, object]) -> list[str] | None:
     """The lines vLLM's text formatter prints for this JSON log record (every line of the
     message and of its traceback behind the record's header, as its NewLineFormatter does),
     or ``None`` when the object is no log record."""
-    message = record.get("message", record.get("msg"))
+    get = record.get
+    message = get("message", get("msg"))
     if not isinstance(message, str):
         return None
-    head = ""
-    proc, pid = _first(record, "vllm_process_name"), _first(record, "process")
-    if proc and pid.isdigit():
-        head = f"({proc} pid={pid}) "
-    level = _first(record, "levelname", "level", "severity").upper()
-    level = "WARNING" if level == "WARN" else level
-    if level in _RECORD_LEVELS:
-        head += level + " "
-        when = _RECORD_TIME_RE.search(_first(record, "asctime", "time", "timestamp"))
-        if when is not None:
-            head += f"{when[1]} {when[2]} "
-        where = _first(record, "filename")
-        if where:  # a custom format's %(filename)s:%(lineno)d; else the logger's module
-            line = _first(record, "lineno")
-            head += f"[{where}:{line}] " if line.isdigit() else f"[{where}] "
-        elif (name := _first(record, "name", "logger")) and name.replace(".", "_").isidentifier():
-            head += f"[{name.rsplit('.', 1)[-1]}.py] "
+    where = get("filename")
+    if where:  # a custom format's %(filename)s:%(lineno)d; else the logger's module
+        line = str(get("lineno", ""))
+        where = f"{where}:{line}" if line.isdigit() else str(where)
+    else:
+        where = _logger_file(str(get("name") or get("logger") or ""))
+    level = get("levelname") or get("level") or get("severity") or ""
+    before, after = _record_head(
+        str(get("vllm_process_name") or ""), str(get("process", "")), str(level), where
+    )
+    if after or before.endswith(("DEBUG ", "INFO ", "WARNING ", "ERROR ", "CRITICAL ")):
+        when = str(get("asctime") or get("time") or get("timestamp") or "")
+        if len(when) >= 19 and when[4] == "-" and when[13] == ":":  # asctime / ISO, quickly
+            before += f"{when[5:10]} {when[11:19]} "
+        elif (m := _RECORD_TIME_RE.search(when)) is not None:
+            before += f"{m[1]} {m[2]} "
+    head = before + after
     text = message
     for key in ("exc_info", "exc_text", "stack_info"):
-        extra = record.get(key)
+        extra = get(key)
         if isinstance(extra, str) and extra and extra != "None":
             text += "\n" + extra.rstrip("\n")
+    if "\n" not in text:
+        return [head + text]
     return [head + part for part in text.split("\n")]
 
 
 def _unwrap_record(line: str) -> str:
     start = line.find('{"')
-    if start < 0 or not any(k in line for k in _JSON_RECORD_KEYS):
+    if start < 0 or ('"message"' not in line and '"msg"' not in line):
         return line
     prefix = line[:start]
     if prefix:  # a decoration before the record (compose, kubectl, a timestamp): kept
