@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from kimi_ops.diagnose.words import _FIND_WORDS, _TRIGGER_WORDS
+from kimi_ops.diagnose.words import _FIND_WORDS, _MARKED_FIND_WORDS, _TRIGGER_WORDS
 
 
 def _trie_regex(words: Iterable[str]) -> str:
@@ -60,6 +60,8 @@ _CONT = re.compile(
     r"\n(?!" + _REC_BASIC + r"|(?:(?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?)?(?:[ \t]*>+[ ]?)?"
     r"(?:" + _REC_BASIC + "))"
 )
+#: The needles searched in the marked (ASCII) view, translated as it is.
+_MARKED_FIND = tuple(w.encode("ascii").translate(_ANCHOR_TABLE) for w in _MARKED_FIND_WORDS)
 _OPEN_FRAME = re.compile(r'File "[^"\n]{40,}\n')  # a frame's path wrapped: its rest is indented
 
 
@@ -82,4 +84,15 @@ def _candidate_lines(scan: str) -> list[int]:
         while p >= 0:
             starts.add(scan.rfind("\n", 0, p) + 1)
             p = scan.find(word, scan.find("\n", p))
+    for needle in () if scan.isascii() else _MARKED_FIND:  # (str.isascii: a flag, O(1))
+        p = marked.find(needle)
+        while p >= 0:
+            if needle[0] == 10:  # "\n...": the line after the newline
+                starts.add(p + 1)
+                p = marked.find(needle, p + 1)
+            else:
+                starts.add(marked.rfind(b"\n", 0, p) + 1)
+                p = marked.find(needle, marked.find(b"\n", p))
+    if marked[:1] == b"?":  # the block's first line starts with a non-ASCII word
+        starts.add(0)
     return sorted(starts)

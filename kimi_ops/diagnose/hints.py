@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from kimi_ops.diagnose.model import SHELL_SIGNAL_WORDS_L10N
+
 _KV_FIX = "{kv_fix}"  # filled in by _decide, depending on the vLLM version
 _KV_FIX_OLD = (
     "Run `fab patch-kv-config` to remove the checkpoint's FP8 KV-cache settings "
@@ -110,6 +112,7 @@ _SHELL_SIGNALS: dict[str, str] = {
     "abort": "SIGABRT",
     "illegal hardware instruction": "SIGILL",
     "floating point exception": "SIGFPE",
+    **SHELL_SIGNAL_WORDS_L10N,  # the same words in other languages
 }
 _SIGNAL_HINTS: dict[str, str] = {
     "SIGKILL": (

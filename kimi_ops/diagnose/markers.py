@@ -5,7 +5,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from kimi_ops.diagnose.model import _STAGE_INDEX, BASH_JOB_REPORT, ZSH_JOB_REPORT
+from kimi_ops.diagnose.model import (
+    _STAGE_INDEX,
+    BASH_JOB_REPORT,
+    L10N_STOP_WORDS,
+    SHELL_SIGNAL_WORDS_L10N,
+    ZSH_JOB_REPORT,
+)
 from kimi_ops.diagnose.rules import RULES
 
 
@@ -338,6 +344,7 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
 #: zsh.
 _STOP_ONLY_KEYWORDS = frozenset(
     {"CANCELLED AT", ".service", "  Terminated ", "terminated  ", "exit code: -15"}
+    | {"  " + w for w, sig in SHELL_SIGNAL_WORDS_L10N.items() if sig == "SIGTERM"}
 )
 #: vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task (an
 #: engine death ends uvicorn without it): a stop request, by a server that was up.
@@ -366,6 +373,7 @@ _STOP_REQUEST_RE = re.compile(
     r"|^(?:Stopping|Stopped) \S+\.service\b"  # (the journal's "host systemd[1]: " is stripped)
     rf"|{BASH_JOB_REPORT}Terminated +\S|\bdied, exit code: -15\b"  # (V0: a worker SIGTERMed)
     rf"|{ZSH_JOB_REPORT}terminated +\S"  # zsh's words for a SIGTERMed job
+    rf"|{BASH_JOB_REPORT}(?:{L10N_STOP_WORDS}) +(?!\(killed\))\S"  # bash's, in other languages
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.

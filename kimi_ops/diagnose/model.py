@@ -69,6 +69,73 @@ REFUSES = (
 BASH_JOB_REPORT = r"^\[\d+\][+-]? +"
 ZSH_JOB_REPORT = r"^(?:zsh: |\[\d+\] +[+-]? +(?:\d+ +)?)"
 
+#: The shell's words for a process that died of a signal, in the languages of a non-English
+#: locale: glibc's strsignal() texts (libc.mo), as bash 5.2 prints them under zh_CN, zh_TW,
+#: ja_JP, ko_KR, de_DE, ru_RU, fr_FR, es_ES and pt_BR (read off this machine: each locale
+#: built with localedef, a process killing itself with each signal; ja keeps the English
+#: words for SIGSEGV and SIGILL). The English words are in the kill rule's own patterns.
+SHELL_SIGNAL_WORDS_L10N: dict[str, str] = {
+    **dict.fromkeys(
+        ("已杀死", "強制結束", "強制終了", "죽었음", "Getötet", "Убито", "Processus arrêté")
+        + ("Terminado (killed)", "Morto"),
+        "SIGKILL",
+    ),
+    **dict.fromkeys(
+        ("段错误", "程式記憶體區段錯誤", "세그멘테이션 오류", "Speicherzugriffsfehler")
+        + ("Ошибка сегментирования", "Erreur de segmentation", "Violación de segmento")
+        + ("Falha de segmentação",),
+        "SIGSEGV",
+    ),
+    **dict.fromkeys(
+        ("已放弃", "中止", "중지됨", "Abgebrochen", "Аварийный останов", "Abandon", "Abortado"),
+        "SIGABRT",
+    ),
+    **dict.fromkeys(
+        ("总线错误", "匯流排錯誤", "バスエラー", "버스 오류", "Bus-Zugriffsfehler", "Ошибка шины")
+        + ("Erreur du bus", "Error del bus", "Erro no barramento"),
+        "SIGBUS",
+    ),
+    **dict.fromkeys(
+        ("非法指令", "無效指令", "명령어가 잘못됨", "Ungültiger Maschinenbefehl")
+        + ("Недопустимая инструкция", "Instruction non permise", "Instrucción ilegal")
+        + ("Instrução ilegal",),
+        "SIGILL",
+    ),
+    **dict.fromkeys(
+        ("浮点数例外", "浮點數例外", "浮動小数点例外", "부동 소수점 예외", "Gleitkomma-Ausnahme")
+        + ("Исключение в операции с плавающей точкой", "Exception en point flottant")
+        + ("Excepción de coma flotante", "Exceção de ponto flutuante"),
+        "SIGFPE",
+    ),
+    # SIGTERM: a stop (before the server was up, a kill); counted on a job report only
+    **dict.fromkeys(
+        ("已终止", "終止", "종료됨", "Beendet", "Завершено", "Complété", "Terminado"), "SIGTERM"
+    ),
+}
+#: bash's "(core dumped)" in those languages (bash.mo), after the signal's word.
+CORE_DUMPED_L10N: tuple[str, ...] = (
+    "（核心已转储）",
+    "(核心已傾印)",
+    "(コアダンプ)",
+    "(코어 덤프됨)",
+    "(Speicherabzug geschrieben)",
+    "(образ памяти сброшен на диск)",
+    "(`core' generado)",
+    "(imagem do núcleo gravada)",
+)
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """A regex alternation of literal words, the longest first (``Terminado (killed)``
+    before ``Terminado``)."""
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+#: Regex fragments: any of those signal words (SIGTERM's, or all others), any core-dump note.
+L10N_STOP_WORDS = _alternation(w for w, s in SHELL_SIGNAL_WORDS_L10N.items() if s == "SIGTERM")
+L10N_KILL_WORDS = _alternation(w for w, s in SHELL_SIGNAL_WORDS_L10N.items() if s != "SIGTERM")
+L10N_CORE_DUMPED = _alternation(CORE_DUMPED_L10N + ("(core dumped)",))
+
 
 def _compile_all(patterns: Iterable[str]) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p) for p in patterns)

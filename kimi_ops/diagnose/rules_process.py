@@ -3,7 +3,16 @@ with no label of its own (unknown)."""
 
 from __future__ import annotations
 
-from kimi_ops.diagnose.model import BASH_JOB_REPORT, ZSH_JOB_REPORT, Rule, _rule
+from kimi_ops.diagnose.model import (
+    BASH_JOB_REPORT,
+    L10N_CORE_DUMPED,
+    L10N_KILL_WORDS,
+    L10N_STOP_WORDS,
+    SHELL_SIGNAL_WORDS_L10N,
+    ZSH_JOB_REPORT,
+    Rule,
+    _rule,
+)
 
 PROCESS_RULES: tuple[Rule, ...] = (
     # --------------------------------------------------------------- engine_killed
@@ -62,6 +71,7 @@ PROCESS_RULES: tuple[Rule, ...] = (
             "OOM killer",
             "ray-oom-prevention",
             "OutOfMemoryError",
+            *SHELL_SIGNAL_WORDS_L10N,
         ),
         [
             r"(?i:exit[ _]?code)[:= ]+-(?P<signum>\d+)\b",
@@ -121,6 +131,14 @@ PROCESS_RULES: tuple[Rule, ...] = (
             BASH_JOB_REPORT
             + r"(?P<shell_signal>Terminated|Killed|Segmentation fault|Bus error|Aborted|Illegal "
             r"instruction|Floating point exception)(?: +\(core dumped\))? +\S",
+            # the same words in a non-English locale (model.SHELL_SIGNAL_WORDS_L10N): bash's
+            # job report ("[1]+  已杀死   python3 .."), a script's report ("bash: 第 1 行：
+            # 7134 段错误  （核心已转储）python3 ..", "bash: Zeile 1:  3084 Getötet  vllm .."),
+            # and an interactive shell's line of its own ("段错误（核心已转储）", "Убито")
+            BASH_JOB_REPORT + rf"(?P<shell_signal>{L10N_KILL_WORDS}|{L10N_STOP_WORDS})(?=[ \t（(])",
+            rf"\d+ ?行?[:：] +\d+ +(?P<shell_signal>{L10N_KILL_WORDS}|{L10N_STOP_WORDS})"
+            r"(?=[ \t（(]|$)",
+            rf"^(?P<shell_signal>{L10N_KILL_WORDS}) ?(?:{L10N_CORE_DUMPED})?$",
             # Slurm cancelling the job or step before the server was up (scancel, the time
             # limit): SIGTERM to the tasks, SIGKILL after its grace period
             r"\*\*\* (?:JOB|STEP) \S+ ON \S+ (?P<slurm_cancel>CANCELLED AT \S+(?: DUE TO "

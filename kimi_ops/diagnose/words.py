@@ -98,6 +98,8 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "SIGFPE",
     "Segfault",
     "Segmentation fault",  # the shell's word for SIGSEGV (a line of its own)
+    "Speicher",  # ... in German (Speicherzugriffsfehler), and its core dump (Speicherabzug)
+    "Morto",  # the shell's word for SIGKILL in Portuguese (a line of its own)
     "Memory access fault",  # the ROCm runtime's, before it aborts the process
     "Caught signal",  # UCX's handler
     "Signal (",  # tritonserver's handler
@@ -148,6 +150,27 @@ _FIND_WORDS: tuple[str, ...] = (
     "command not found",  # bash / zsh: no such program on the PATH
     ": not found",  # sh (dash): no such program
     "executable file not found",  # the container runtime: no such program in the image
+)
+#: Needles searched in the ASCII view of a block that holds other characters
+#: (``candidates._candidate_lines``' ``marked``, one "?" per other character): the shapes of
+#: the shell's report of a killed process in a non-English locale (model.
+#: SHELL_SIGNAL_WORDS_L10N), its words no trigger words: a line that starts with a non-ASCII
+#: word ("已杀死", "Убито", "段错误（核心已转储）"), the Latin-script words for SIGKILL alone on a
+#: line, "(core dumped)" in German, Spanish and Portuguese, bash's job table ("[1]+  Getötet
+#: ..") and a script's "bash: Zeile 1:  4242 Abgebrochen  ..". A needle that starts with a
+#: newline finds the line after it. A block of ASCII only (most of a serving log) skips them:
+#: its Latin-script words are the head scan's, but for the trigger words "Morto" and
+#: "Speicher" (German's SIGSEGV and core dump).
+_MARKED_FIND_WORDS: tuple[str, ...] = (
+    "\n?",
+    "\nGet?tet",
+    "\nProcessus arr?t?",
+    "\nTerminado (killed)",
+    "core' generado)",
+    "(imagem do n?cleo",
+    "]+  ",
+    "]-  ",
+    "bash: ",
 )
 #: Keywords found only by the head scan (``scanner._FULL_SCAN``): they mark lines that, in a whole
 #: log, come with a trigger word nearby or early (a route line, after "Starting vLLM API
