@@ -90,6 +90,8 @@ HARD_WRAPPED = {
     # an exception's message wrapped by a README's line width (two lines, no prefix)
     "kv_cache_dtype_unsupported__zz503_nvfp4_kv_triton_backend_invalid.log",
     "kv_cache_insufficient__zz605_max_seq_len_exceeds_kv_cache_note.log",
+    # records a page joined into one line: a viewer prefixes each record, not the joined line
+    "engine_dead_other__zc803_ascend_workerproc_execute_model_joined_lines.log",
 }
 
 

@@ -20,6 +20,7 @@ from kimi_ops.diagnose.hints import (
 )
 from kimi_ops.diagnose.markers import (
     _ATTN_KERNEL_RE,
+    _MP_CHILD_DIED_RE,
     _QUANT_KERNEL_RE,
     _STOP_REQUEST_RE,
     _TRACEBACK,
@@ -367,8 +368,10 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
 
 
 #: Rules whose line says nothing of the server once it is up: a program missing from the PATH
-#: after the server came up is a side script's (a watcher, a health probe), not the server's.
-_BEFORE_UP_ONLY = frozenset({"command_not_found"})
+#: after the server came up is a side script's (a watcher, a health probe), not the server's;
+#: torch's allocator warning of an OOM is a failure only while starting (a server's caller may
+#: catch the OOM; torch's OutOfMemoryError is the cuda_oom rule's).
+_BEFORE_UP_ONLY = frozenset({"command_not_found", "allocator_oom"})
 
 
 def _engine_logger_death_since(st: _State, pos: int) -> bool:
@@ -451,7 +454,11 @@ def _generic_unknown(
     printed the exception), so vLLM itself died of an exception no rule knows:
     ``engine_dead_other`` rather than ``unknown``.
     """
-    candidates = [x for x in (st.last_exc, st.last_exit) if x is not None]
+    # (a child's "Process X:" is the header of the traceback that follows, not a cause)
+    exit_line = st.last_exit
+    if exit_line is not None and _MP_CHILD_DIED_RE.match(exit_line.text.strip()):
+        exit_line = None
+    candidates = [x for x in (st.last_exc, exit_line) if x is not None]
     main = max(candidates, key=lambda x: x.pos) if candidates else None
     if main is None:
         main = st.last_frame or st.last_header

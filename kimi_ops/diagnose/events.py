@@ -18,6 +18,7 @@ from kimi_ops.diagnose.markers import (
     _EXIT_RE,
     _FACT_PATTERNS,
     _FRAME_RE,
+    _HOST_PROCESS_RE,
     _IGNORED_PREFIXES,
     _INPROC_KEYWORDS,
     _INPROC_READY_RE,
@@ -35,6 +36,7 @@ from kimi_ops.diagnose.markers import (
     _STOP_REQUEST_RE,
     _TRACEBACK,
     _VLLM_ORIGIN_RE,
+    _VLLM_PROCESS_NAME_RE,
     _WORKER_ORIGIN_RE,
 )
 from kimi_ops.diagnose.model import _HEALTHY_STAGE, _STAGE_INDEX, _WRAP_MIN
@@ -115,7 +117,8 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     elif ray_wrapper or _TRACEBACK in text:
         events.append((_EV_HEADER, text, False))
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
-    if exit_line or _NATIVE_FRAME_RE.match(text):  # ... or a crash handler's native backtrace
+    native = _NATIVE_FRAME_RE.match(text) is not None
+    if exit_line or native:  # ... or a crash handler's native backtrace
         events.append((_EV_EXIT, text))
     if present and (
         not _SHUTDOWN_KEYWORDS.isdisjoint(present)
@@ -126,7 +129,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         m = _INPROC_READY_RE.search(text)
         if m is not None:  # who says so: the engine ("Supported tasks"), a driver, a builder
             events.append((_EV_INPROC_READY, text, m.lastgroup or "engine", False))
-    if _FRAME_RE.match(text):
+    if native or _FRAME_RE.match(text):  # (a native frame: printed by the engine's logger?)
         events.append((_EV_FRAME, text, False))
     return tuple(events)
 
@@ -175,17 +178,33 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
             if "APIServer" in raw or "api_server" in raw:  # the API server's "non-default args"
                 events[i] = (*events[i][:7], True)
             continue
+        if kind == _EV_STAGE and events[i][2] == _ENGINE_INITIALIZED:
+            raw = raw or _raw_line(scan, ls)
+            # the process that printed it: the last prefix before the record (behind any
+            # decoration; an outer one is the program that started it)
+            hosts = _HOST_PROCESS_RE.findall(uncolored(raw))
+            host = hosts[-1] if hosts else None
+            if host is not None and not _VLLM_PROCESS_NAME_RE.match(host):
+                # initialised inside another program's process: an in-process engine, ready
+                events.append((events[i][0], _EV_INPROC_READY, events[i][4], "built", False))
+            continue
         if (
             kind != _EV_EXC
             and kind != _EV_INPROC_READY
             and kind != _EV_FRAME
             and kind != _EV_HEADER
+            and kind != _EV_EXIT
         ):
             continue
         raw = raw or _raw_line(scan, ls)
         if engine is None:
             engine = "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None
-        if kind in (_EV_FRAME, _EV_HEADER):
+        if kind == _EV_EXIT:
+            # a native frame the engine's error logger printed (a C++ exception's backtrace,
+            # Tenstorrent's TT_THROW) is its traceback's, not a crash handler's process exit
+            if engine and _NATIVE_FRAME_RE.match(events[i][2]):
+                events[i] = (events[i][0], _EV_FRAME, events[i][2], True)
+        elif kind in (_EV_FRAME, _EV_HEADER):
             if engine:
                 events[i] = (*events[i][:-1], True)
         elif kind == _EV_EXC:

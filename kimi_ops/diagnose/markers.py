@@ -105,6 +105,10 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             # (ray.llm), once every deployment of the app is healthy
             "vLLM Server Ready",
             "Deployed app '",
+            # Xinference, once the model it drives in process is loaded (on a failure it
+            # says "Leave wait_for_load, error: ..." at ERROR)
+            "Leave wait_for_load, elapsed time",
+            "Leave launch_builtin_model, elapsed time",
             # the API server handling a request (its failure is that request's, see below)
             "Error in preprocessing prompt inputs",
         ),
@@ -245,6 +249,10 @@ _PANIC_RE = re.compile(r"^\s*thread '[^']*'(?: \(\d+\))? panicked at ")
 #: Ray's wrapper of a remote task's exception, "RayTaskError(RuntimeError): ray::Actor.method()
 #: (pid=..)": the remote traceback and then the exception itself follow it, so it is a header.
 _RAY_TASK_ERROR_RE = re.compile(r"RayTaskError\([\w.]+\): ray::")
+#: multiprocessing's report of a child process whose target raised ("Process Process-1:",
+#: "Process EngineCore_DP0:"): the child exits; the traceback that follows says of what.
+_MP_CHILD_DIED = r"^Process [\w.\-]+:$"
+_MP_CHILD_DIED_RE = re.compile(_MP_CHILD_DIED)
 _EXIT_RE = re.compile(
     r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
     r"Failed to start (?:the )?(?:model )?server|\bvLLM (?:server )?failed to start\b|"
@@ -271,10 +279,11 @@ _EXIT_RE = re.compile(
     # a wrapper watching the server's output saw it end before the server said it was ready
     # (Unsloth: "Stdout stream ended before readiness message detected.")
     r"\b(?:stream ended|exited|died|terminated) before (?:the )?(?:readiness\b|(?:server "
-    r"|it )?(?:was |became |becoming |being )?ready\b)"
+    r"|it )?(?:was |became |becoming |being )?ready\b)|" + _MP_CHILD_DIED
 )
 _EXIT_KEYWORDS: frozenset[str] = frozenset(
     {
+        "Process ",
         "Killed",
         "core dumped",
         "exited with code",
@@ -313,8 +322,13 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "before the server became ready",
     }
 )
-#: A frame of a native backtrace (a crash handler's: UCX, glog, c10): `` 3 0x00007f.. fn() lib``.
-_NATIVE_FRAME_RE = re.compile(r"^\s*#?\d{1,3}\s+0x[0-9a-fA-F]{8,}\s+\S")
+#: A frame of a native backtrace: a crash handler's (UCX, glog, c10: `` 3 0x00007f.. fn() lib``),
+#: or glibc's backtrace_symbols() (``/lib/libc.so.6(+0x29d90) [0x7f..]``, behind `` --- `` in
+#: Tenstorrent's TT_THROW).
+_NATIVE_FRAME_RE = re.compile(
+    r"^\s*(?:#?\d{1,3}\s+0x[0-9a-fA-F]{8,}\s+\S"
+    r"|(?:---\s+)?\S+\([\w.]*\+0x[0-9a-fA-F]+\)\s+\[0x[0-9a-fA-F]+\])"
+)
 #: An operator's stop (SIGTERM / Ctrl-C) of a server that was up; what follows it is the
 #: teardown (EngineDeadError, "force killing" the engine...), not a crash.
 _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
@@ -390,6 +404,17 @@ _INPROC_READY_RE = re.compile(
     r"^\s*(?:Supported[_ ]tasks: |(?P<driver>Unsloth\b)|(?P<built>After building vllm rollout))"
 )
 _INPROC_KEYWORDS = frozenset({"Supported_tasks", "Supported tasks", "Unsloth", "vllm rollout"})
+#: ... or the engine initialised inside another program's process, whose name its log prefix
+#: shows: a Ray actor of an RL trainer ("(LLMRayActor pid=..)" OpenRLHF, "(VllmGenerationWorker
+#: pid=..)" NeMo-RL), vLLM's own engine with VLLM_ENABLE_V1_MULTIPROCESSING=0 in a program's
+#: main process; not vLLM's own processes, nor Ray Serve's replicas (a server).
+_HOST_PROCESS_RE = re.compile(
+    r"\((?P<host>[A-Za-z_][^\s()]*(?:\([^\s()]*(?:\([^\s()]*\))?\))?)(?: [^()]*?)? ?pid=\d+[^()]*\)"
+)
+_VLLM_PROCESS_NAME_RE = re.compile(  # (V0's --engine-use-ray put a server's engine in an
+    r"(?:_?Async|LLMEngine|EngineCore|APIServer|VllmWorker|Worker|RayWorker|DP|CoreEngine"
+    r"|raylet|Serve|Proxy|pid=)"  # "(_AsyncLLMEngine pid=..)" actor; DP: DPEngineCoreActor)
+)
 #: Request-log lines (and the offline example's "Prompt: ..") quote user text: never analysed.
 _IGNORED_PREFIXES = ("Received request ", "Added request ", "Generated response ", "Prompt: ")
 #: Every keyword some line check looks for; ``_analyze`` tests each once per line.
@@ -444,9 +469,18 @@ _ENGINE_LOGGER_RE = re.compile(
     r"\[?(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine"
     # vllm-ascend replaces run_engine_core (vllm_ascend/patch/platform/patch_core.py) and logs
     # the engine's fatal errors from there
-    r"|patch_core)\.py(?::\d+)?\]"  # no line: a JSON record's logger (clean._record_lines)
+    r"|patch_core"
+    # a V1 worker's own error logger: "WorkerProc hit an exception" (worker_busy_loop; the
+    # executor raises it in the engine core, which dies of it), "WorkerProc failed to start"
+    r"|(?:v1/executor/)?multiproc_executor"
+    r")\.py(?::\d+)?\]"  # no line: a JSON record's logger (clean._record_lines)
 )
-_SURVIVED_FRAME_RE = re.compile(r", in (?:_invoke_utility_method|preprocess_add_request)\b")
+_SURVIVED_FRAME_RE = re.compile(
+    r", in (?:_invoke_utility_method|preprocess_add_request"
+    # a worker's RPC for a utility call ("WorkerProc hit an exception" in add_lora): the
+    # engine core answers the caller with the error and goes on
+    r"|add_lora|remove_lora|pin_lora|sleep|wake_up|reset_prefix_cache)\b"
+)
 _SURVIVED_FIRST_FRAME_RE = re.compile(r", in _handle_client_request\b")
 #: A frame of the engine's busy loop (V1's run_busy_loop / _process_engine_step /
 #: step_with_batch_queue, V0's run_engine_loop): an exception that reached the engine's error

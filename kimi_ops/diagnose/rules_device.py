@@ -32,6 +32,8 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "INVALID_IMAGE",
             "InvalidKernelImage",
             "does not support opType",
+            "invalid kernel file",
+            "InvalidKernelFile",
         ),
         [
             r"no kernel image is available\b",  # ("... for execution on the device")
@@ -49,6 +51,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             # ROCm: no code object for this GPU's gfx target; CUDA: a kernel image built for
             # another GPU (Triton's loader, the driver API); Ascend: no op kernel for the SoC
             r"hipErrorNoBinaryForGpu|Unable to find code object for all current devices",
+            # ... or one whose code object does not fit this GPU's ISA (a gfx target the
+            # build lacks: "HIP error: invalid kernel file" on Strix Halo's gfx1151)
+            r"HIP error: invalid kernel file|hipErrorInvalidKernelFile",
             r"device kernel image is invalid|CUDA_ERROR_INVALID_IMAGE|cudaErrorInvalidKernelImage",
             r"socVersion \[(?P<gpu>\w+)\] does not support opType \[\w+\]",
         ],

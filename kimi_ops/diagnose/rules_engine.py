@@ -88,7 +88,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
             r"^Exception in thread [^(]*\((?:process_input_sockets?|process_output_sockets?)\)",
             # V0's engine process (MQLLMEngine): a traceback through its entry point is the engine
             # failing (the excerpt may cut the exception and "Engine process failed to start")
-            r"^\s*File \S*/engine/multiprocessing/engine\.py\S*, line \d+, in run_mp_engine$",
+            # (or a fork's: ipex-llm's ipex_llm/vllm/xpu/engine/engine.py)
+            r"^\s*File \S*/engine/(?:multiprocessing/)?engine\.py\S*, line \d+, in run_mp_engine$",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "

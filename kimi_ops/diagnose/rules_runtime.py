@@ -269,6 +269,28 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             + ") is free",
         ],
     ),
+    _rule(
+        "allocator_oom",
+        "cuda_oom",
+        59,  # (torch's OutOfMemoryError after it, when there, is the better account)
+        ("failed with OOM on device",),
+        # torch's caching allocator warns before it raises OutOfMemoryError ("[W830 12:05:56
+        # CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 0 while
+        # trying to allocate 272629760 bytes (free: 125304832, total: 85017624576)"). A caller
+        # that catches the OOM (an autotuner trying a smaller size, a request's retry) goes
+        # on: progress or serving after it is a recovery (scanner._SURVIVABLE_RULES); once the
+        # server is up, only torch's exception (the cuda_oom rule) is a failure
+        [
+            r"memory allocation failed with OOM on device \d+ while trying to allocate "
+            r"(?P<alloc_bytes>\d+) bytes"
+        ],
+        "The GPU ran out of memory[[ allocating {alloc_bytes} bytes]] during startup, and nothing "
+        "after it shows a recovery (torch's allocator warns before it raises the OOM). A stale "
+        "process may still hold GPU memory: "
+        "check `nvidia-smi` and run `fab kill-stale`. Otherwise lower gpu_memory_utilization or "
+        "max_model_len / max_num_seqs in the profile, or use more GPUs.",
+        "CUDA out of memory[[ (tried to allocate {alloc_bytes} bytes)]]",
+    ),
     # ------------------------------------------------------------------ nccl_error
     _rule(
         "nccl_shm",
@@ -323,6 +345,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "|CCL_ERROR|",
             "oneCCL: ",
             "custom_all_reduce_utils.py",
+            "[XCCL]",
+            "xccl/",
         ),
         [
             r"(?i:NCCL error)",
@@ -353,6 +377,14 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # Connection closed by peer [10.0.0.2]:29500", "Read error ..: Connection reset")
             r"gloo/transport/\w+/\w+\.cc:\d+\] (?P<nccl_detail>(?:Connection|Read error|"
             r"Write error|Timed out)[^\n]*)",
+            # ... or failing to set up ("[enforce fail at ../third_party/gloo/gloo/transport/
+            # tcp/device.cc:83] ifa != nullptr. Unable to find address for: eth0": a wrong
+            # GLOO_SOCKET_IFNAME)
+            r"enforce fail at \S*gloo/transport/\S+\] (?P<nccl_detail>.+)",
+            # Kunlun's XCCL (the XPU's NCCL): its own log lines of a failure, and an
+            # exception raised in its utilities ("(at .../new_xccl/XCCLUtils.hpp:53)")
+            r"^\[XCCL\]\[[\w.]+:\d+\] (?P<nccl_detail>.*\b(?:failed|error)\b.*)",
+            r"Error: (?P<nccl_detail>.*)\(at \S*/\w*xccl/\w+\.\w+:\d+\)",
             # torch.distributed's rendezvous: a rank never reached the store (another node not
             # started, a firewall, a wrong master address) - torch's own words (TCPStore, c10d)
             r"(?P<nccl_detail>The client socket has timed out after \S+ while trying to connect "
@@ -370,7 +402,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"custom_all_reduce\.cuh?:\d+ '(?P<nccl_detail>(?!an illegal memory access)[^']+)'",
             # the NCCL watchdog's C++ exception (the process terminates on it)
             r"Exception raised from ncclCommWatchdog\b|ProcessGroupNCCL::ncclCommWatchdog\(\)",
-            r"(?:NCCL|Process group) watchdog thread terminated with exception",
+            r"(?:NCCL|HCCL|Process group) watchdog thread terminated with exception",
         ],
         "NCCL (GPU-to-GPU communication) failed[[: {nccl_detail}]]. Run `fab clean-shm` "
         "(leaked /dev/shm segments from crashed runs break NCCL) and make sure /dev/shm is "

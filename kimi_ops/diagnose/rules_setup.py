@@ -402,7 +402,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"failed to access model\b.*\bmay not exist or may be\s+private",
             r"GatedRepoError|Cannot access gated repo|Access to model \S+ is restricted",
             r"Can't load the configuration of '(?P<model>[^']+)'",
-            r"Incorrect path_or_model_id:? '(?P<model>[^']+)'",
+            r"Incorrect path_or_model_id:? '(?P<model>[^']*)'",  # ('' : no model given)
             r"^(?:[\w.]+\.)?LocalEntryNotFoundError\b",
             r"^(?:[\w.]+\.)?OfflineModeIsEnabled\b",
             r"^(?:[\w.]+\.)?HTTPError: 40[13] Client Error",
@@ -429,6 +429,26 @@ _MODEL_RULES: tuple[Rule, ...] = (
         "valid Hugging Face repo id; for Hub downloads also check HF_TOKEN (gated repos) and "
         "the host's network access.",
         "model not found or not accessible[[: {model}]]",
+    ),
+    _rule(
+        "hub_request_failed",
+        "model_not_found",
+        84,
+        ("thrown while requesting",),
+        # huggingface_hub retrying a request for the model's files ("'[Errno 104] Connection
+        # reset by peer' thrown while requesting HEAD https://huggingface.co/<repo>/resolve/
+        # main/config.json", then "Retrying in 1s [Retry 1/5]."): a failure only when the
+        # process then fails (retries that succeed go on loading)
+        [
+            r"thrown while requesting (?:HEAD|GET) https://(?:huggingface\.co|hf-mirror\.com"
+            r"|[\w.\-]*\.hf\.co)/(?:api/models/)?(?P<model>[\w.\-]+/[\w.\-]+)"
+        ],
+        "The model's files could not be fetched from the Hub[[ ({model})]]: its requests kept "
+        "failing and the process then failed. Check the host's network access to "
+        "huggingface.co (a proxy, HF_ENDPOINT), or download the model once and point the "
+        "profile's `model` at the local directory (HF_HUB_OFFLINE=1).",
+        "model files not reachable on the Hub[[: {model}]]",
+        weak=True,
     ),
     _rule(
         "weights_file_corrupt",

@@ -44,6 +44,7 @@ from kimi_ops.diagnose.markers import (
     _FREQ_HEALTHY,
     _HTTP_SHUTDOWN_RE,
     _IGNORED_PREFIXES,
+    _MP_CHILD_DIED_RE,
     _NEWLINE,
     _OFFLINE_DONE,
     _PROGRESS_RE,
@@ -281,7 +282,10 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             _apply(st, (pos, _EV_INPROC_READY, text, "engine", False))  # its driver spoke
     elif kind == _EV_HEALTHY:
         frequent = ev[3]
-        if frequent and any(_RULE_LABEL.get(name, "unknown") != "unknown" for name in st.hits):
+        if frequent and any(
+            _RULE_LABEL.get(name, "unknown") != "unknown" and name not in _SURVIVABLE_RULES
+            for name in st.hits
+        ):
             # An access-log line (any status) or a throughput line after a specific failure
             # (the engine died, but the API server still answers /v1/models until it shuts
             # down) is not a recovery: the failure stands.
@@ -340,7 +344,13 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         if ev[3]:
             st.last_engine_log_frame_pos = pos
     elif kind == _EV_EXIT:
-        st.last_exit = _Line(pos, ev[2])
+        child = _MP_CHILD_DIED_RE.match(ev[2].strip())
+        # a child's "Process X:" heads the traceback that follows: an exit line since the
+        # last progress (Ray's account of a dead worker) says more, and stays
+        if child is None or st.last_exit is None or st.last_exit.pos < st.last_progress_pos:
+            st.last_exit = _Line(pos, ev[2])
+        if child is not None and ev[2].strip().startswith("Process EngineCore"):
+            st.last_engine_log_frame_pos = pos  # V1's engine process died of that traceback
         st.last_crash_pos = st.last_signal_pos = pos
     elif kind == _EV_SHUTDOWN:
         if _STOP_REQUEST_RE.search(ev[2]):
@@ -427,6 +437,12 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
         st.tail.append(block[i:j][:_MAX_TAIL_LINE])
         st.tail_provisional = block[j] == "\r"
         i = j + 1
+
+
+#: Rules whose line a process can survive: traffic after it is a recovery, not an API server
+#: still answering for a dead engine (torch's allocator warning of an OOM a caller caught, the
+#: Hub client retrying a request).
+_SURVIVABLE_RULES = frozenset({"allocator_oom", "hub_request_failed"})
 
 
 def _process(st: _State, block: str) -> None:

@@ -100,6 +100,10 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Segmentation fault",  # the shell's word for SIGSEGV (a line of its own)
     "Speicher",  # ... in German (Speicherzugriffsfehler), and its core dump (Speicherabzug)
     "Morto",  # the shell's word for SIGKILL in Portuguese (a line of its own)
+    "Process ",  # multiprocessing: "Process Process-1:" (a child died of an exception)
+    "with OOM on device",  # torch's caching allocator warning of an OOM (a [W...] line)
+    "Leave wait_for_load",  # Xinference: the model it drives is loaded (or failed to)
+    "Leave launch_builtin_model",
     "Memory access fault",  # the ROCm runtime's, before it aborts the process
     "Caught signal",  # UCX's handler
     "Signal (",  # tritonserver's handler
