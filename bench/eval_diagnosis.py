@@ -88,7 +88,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-z2": ("0874895", "9c61842"),
     "blind-za": ("3999916", "1ef67d8"),
     "blind-zb": ("d22421f", "922bc66"),
-    "blind-zc": ("9775873", None),
+    "blind-zc": ("9775873", "42d7ac4"),
 }
 
 
