@@ -124,6 +124,7 @@ def test_an_engine_initialised_inside_another_program_s_process_is_ready() -> No
     # vLLM's own engine process of a server, and Ray Serve's replica (a server): starting
     assert label("(EngineCore_DP0 pid=9) " + init) == "starting"
     assert label("(ServeReplica:default:LLMServer pid=9) " + init) == "starting"
+    assert label("(vLLMHttpServer pid=9) " + init) == "starting"  # an RL framework's server
 
 
 def test_xinference_saying_the_model_it_drives_is_loaded_is_ready() -> None:

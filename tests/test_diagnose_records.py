@@ -50,7 +50,7 @@ def test_other_spellings_of_a_record() -> None:
     assert unwrap_json_records(json.dumps(record)) == "WARNING 01-02 03:04:05 [config.py] m"
     record = {"levelname": "INFO", "filename": "api_server.py", "lineno": 12, "message": "up"}
     assert unwrap_json_records(json.dumps(record)) == "INFO [api_server.py:12] up"
-    assert unwrap_json_records('{"message": "plain"}') == "plain"
+    assert unwrap_json_records('{"logger": "uvicorn", "message": "plain"}') == "plain"
 
 
 def test_a_decoration_before_a_record_stays_on_each_of_its_lines() -> None:
@@ -62,6 +62,8 @@ def test_json_that_is_no_log_record_stays_as_it_is() -> None:
     for line in (
         '{"id": "cmpl-1", "object": "text_completion", "choices": []}',  # a response body
         '{"message": {"role": "user"}}',  # a chat message, not a record's text
+        # an API's error body: a message, but no level nor logger
+        '{"object": "error", "message": "maximum context length is 4096", "code": 400}',
         '{"message": "cut mid-rec',  # a record cut short
         'Request body: {"message": "hi"}',  # JSON inside a sentence
         '[{"message": "a list"}]',

@@ -90,15 +90,16 @@ _RECORD_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 
 
 @functools.lru_cache(maxsize=256)
-def _record_head(proc: str, pid: str, level: str, where: str) -> tuple[str, str]:
+def _record_head(proc: str, pid: str, level: str, where: str) -> tuple[str, str] | None:
     """The header vLLM's text formatter prints before each line of a record, in two parts
     around the time: ``("(EngineCore pid=9) ERROR ", "[core.py] ")``; no line number (a JSON
-    record of vLLM's own format has none: its logger's module stands for the file)."""
+    record of vLLM's own format has none: its logger's module stands for the file). ``None``
+    when the record names no level."""
     head = f"({proc} pid={pid}) " if proc and pid.isdigit() else ""
     level = level.upper()
     level = "WARNING" if level == "WARN" else level
     if level not in _RECORD_LEVELS:
-        return head, ""
+        return None
     return head + level + " ", f"[{where}] " if where else ""
 
 
@@ -114,7 +115,9 @@ def _record_lines(record: dict[str, object]) -> list[str] | None:
     or ``None`` when the object is no log record."""
     get = record.get
     message = get("message", get("msg"))
-    if not isinstance(message, str):
+    level = get("levelname") or get("level") or get("severity")
+    # a record has a level or a logger beside its message (an API's error body has neither)
+    if not isinstance(message, str) or not (level or get("name") or get("logger")):
         return None
     where = get("filename")
     if where:  # a custom format's %(filename)s:%(lineno)d; else the logger's module
@@ -122,17 +125,18 @@ def _record_lines(record: dict[str, object]) -> list[str] | None:
         where = f"{where}:{line}" if line.isdigit() else str(where)
     else:
         where = _logger_file(str(get("name") or get("logger") or ""))
-    level = get("levelname") or get("level") or get("severity") or ""
-    before, after = _record_head(
-        str(get("vllm_process_name") or ""), str(get("process", "")), str(level), where
-    )
-    if after or before.endswith(("DEBUG ", "INFO ", "WARNING ", "ERROR ", "CRITICAL ")):
+    proc, pid = str(get("vllm_process_name") or ""), str(get("process", ""))
+    parts = _record_head(proc, pid, str(level or ""), where)
+    if parts is None:  # no level: the process prefix alone
+        head = f"({proc} pid={pid}) " if proc and pid.isdigit() else ""
+    else:
+        before, after = parts
         when = str(get("asctime") or get("time") or get("timestamp") or "")
         if len(when) >= 19 and when[4] == "-" and when[13] == ":":  # asctime / ISO, quickly
             before += f"{when[5:10]} {when[11:19]} "
         elif (m := _RECORD_TIME_RE.search(when)) is not None:
             before += f"{m[1]} {m[2]} "
-    head = before + after
+        head = before + after
     text = message
     for key in ("exc_info", "exc_text", "stack_info"):
         extra = get(key)
@@ -145,7 +149,7 @@ def _record_lines(record: dict[str, object]) -> list[str] | None:
 
 def _unwrap_record(line: str) -> str:
     start = line.find('{"')
-    if start < 0 or ('"message"' not in line and '"msg"' not in line):
+    if start < 0 or not any(k in line for k in _JSON_RECORD_KEYS):
         return line
     prefix = line[:start]
     if prefix:  # a decoration before the record (compose, kubectl, a timestamp): kept

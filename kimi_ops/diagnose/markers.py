@@ -413,7 +413,10 @@ _HOST_PROCESS_RE = re.compile(
 )
 _VLLM_PROCESS_NAME_RE = re.compile(  # (V0's --engine-use-ray put a server's engine in an
     r"(?:_?Async|LLMEngine|EngineCore|APIServer|VllmWorker|Worker|RayWorker|DP|CoreEngine"
-    r"|raylet|Serve|Proxy|pid=)"  # "(_AsyncLLMEngine pid=..)" actor; DP: DPEngineCoreActor)
+    r"|raylet|pid=)"  # "(_AsyncLLMEngine pid=..)" actor; DP: DPEngineCoreActor)
+    # ... and any server's process: Ray Serve's replicas, an RL framework's HTTP rollout
+    # server ("(vLLMHttpServer pid=..)"): its HTTP server is still to start
+    r"|.*(?:Serve|Proxy|Http)"
 )
 #: Request-log lines (and the offline example's "Prompt: ..") quote user text: never analysed.
 _IGNORED_PREFIXES = ("Received request ", "Added request ", "Generated response ", "Prompt: ")
