@@ -168,7 +168,8 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
     traceback header or frame that the engine's own error logger printed; a "Supported
     tasks" line that is the API server's (logger ``api_server.py`` or an ``(APIServer
     pid=..)`` prefix): that one is no in-process engine being ready (its HTTP server is still
-    to start)."""
+    to start); an engine initialised under another program's process prefix (an in-process
+    engine, ready); a native frame the engine's error logger printed (its traceback's)."""
     raw = ""
     engine: bool | None = None  # printed by the engine's own error logger (computed once)
     for i in range(start, len(events)):
