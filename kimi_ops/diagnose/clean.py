@@ -19,6 +19,7 @@ _BOLD_PREFIX_RE = re.compile(r"\*\*(\([^()]*pid=\d+[^()]*\))\*\*")
 _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
     r"""^(?:
         [ \t]*>+[ ]?                                          # markdown quote
+      | [ \t]*\#[ ](?=[ ]*(?:Traceback[ ]|File[ ]"|[\w.]+(?:Error|Exception)\b))  # commented out
       | \[\d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d,\d+[ ][IWEF][ ]\d+[ ]\d+\][ ]  # Ray's C++ log
       | (?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?                  # docker compose "svc-1  | "
       | [ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO

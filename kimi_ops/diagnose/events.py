@@ -22,6 +22,7 @@ from kimi_ops.diagnose.markers import (
     _IGNORED_PREFIXES,
     _INPROC_KEYWORDS,
     _INPROC_READY_RE,
+    _LLM_CLASS_LOGGER_RE,
     _NATIVE_FRAME_RE,
     _PANIC_RE,
     _PROGRESS_RE,
@@ -214,3 +215,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
             events[i] = (*events[i][:-3], vllm_exc, worker, vllm_exc and engine)
         elif "APIServer" in raw or "api_server" in raw:
             events[i] = (*events[i][:-1], True)
+        elif events[i][3] == "engine" and _LLM_CLASS_LOGGER_RE.search(raw):
+            # the LLM class's own "Supported_tasks", logged once its engine is built (a
+            # notebook shows no engine-process line: its output goes to the terminal)
+            events[i] = (events[i][0], _EV_INPROC_READY, events[i][2], "built", False)

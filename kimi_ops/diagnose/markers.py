@@ -358,6 +358,7 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
 #: zsh.
 _STOP_ONLY_KEYWORDS = frozenset(
     {"CANCELLED AT", ".service", "  Terminated ", "terminated  ", "exit code: -15"}
+    | {"SIGTERM received"}
     | {"  " + w for w, sig in SHELL_SIGNAL_WORDS_L10N.items() if sig == "SIGTERM"}
 )
 #: vLLM's HTTP launcher (0.4 .. 0.1x) when SIGINT / SIGTERM cancelled the server task (an
@@ -388,6 +389,8 @@ _STOP_REQUEST_RE = re.compile(
     rf"|{BASH_JOB_REPORT}Terminated +\S|\bdied, exit code: -15\b"  # (V0: a worker SIGTERMed)
     rf"|{ZSH_JOB_REPORT}terminated +\S"  # zsh's words for a SIGTERMed job
     rf"|{BASH_JOB_REPORT}(?:{L10N_STOP_WORDS}) +(?!\(killed\))\S"  # bash's, in other languages
+    # abseil's failure handler (Ray's processes, JAX) reporting the SIGTERM it was sent
+    r"|\*\*\* SIGTERM received (?:at time=|by PID )"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 #: An offline LLM's progress bar at its end, and an engine-death line that names no cause.
@@ -401,9 +404,27 @@ _BARE_DEATH_RE = re.compile(r"^Engine core proc \S+ died unexpectedly, shutting 
 #: driver's (Unsloth patching the model, which also talks while vLLM loads: counted after "init
 #: engine ... took"); a builder's (verl's "After building vllm rollout": LLM(...) returned).
 _INPROC_READY_RE = re.compile(
-    r"^\s*(?:Supported[_ ]tasks: |(?P<driver>Unsloth\b)|(?P<built>After building vllm rollout))"
+    r"^\s*(?:Supported[_ ]tasks: |(?P<driver>Unsloth\b)|(?P<built>After building vllm rollout"
+    # ... verl's other words for it: its Megatron workers' rollout built, its trainer's
+    # validation generated with the rollout
+    r"|rollout and sharding manager init done\b|validation generation end$))"
 )
-_INPROC_KEYWORDS = frozenset({"Supported_tasks", "Supported tasks", "Unsloth", "vllm rollout"})
+_INPROC_KEYWORDS = frozenset(
+    {
+        "Supported_tasks",
+        "Supported tasks",
+        "Unsloth",
+        "vllm rollout",
+        "sharding manager init done",
+        "validation generation end",
+    }
+)
+#: The LLM class's logger (vllm/entrypoints/llm.py): it says "Supported_tasks" once it built
+#: its engine.
+_LLM_CLASS_LOGGER_RE = re.compile(
+    r"\b(?:INFO|DEBUG) (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\[(?:entrypoints/)?llm\.py(?::\d+)?\]"
+)
 #: ... or the engine initialised inside another program's process, whose name its log prefix
 #: shows: a Ray actor of an RL trainer ("(LLMRayActor pid=..)" OpenRLHF, "(VllmGenerationWorker
 #: pid=..)" NeMo-RL), vLLM's own engine with VLLM_ENABLE_V1_MULTIPROCESSING=0 in a program's
@@ -492,6 +513,9 @@ _SURVIVED_FIRST_FRAME_RE = re.compile(r", in _handle_client_request\b")
 _ENGINE_LOOP_FRAME_RE = re.compile(
     r", in (?:run_busy_loop|_process_engine_step|step_with_batch_queue|run_engine_loop)\b"
 )
+#: A frame of the LLM class's generation loop (offline / in-process): an exception raised
+#: through it came while the engine was running requests (a Ctrl-C there is a stop).
+_GENERATING_FRAME_RE = re.compile(r"/vllm/entrypoints/llm\.py\S*(?:, line \d+,)? in _run_engine\b")
 #: A worker process's prefix (Ray's actor, vLLM's multiprocessing workers): an exception there
 #: is a worker failing, which vLLM does not recover from.
 _WORKER_ORIGIN_RE = re.compile(r"\((?:RayWorker\w*|VllmWorker\w*|Worker(?:_\w+)?)[ ][^()]*pid=\d+")

@@ -34,6 +34,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "does not support opType",
             "invalid kernel file",
             "InvalidKernelFile",
+            "expects arch to be one of",
         ),
         [
             r"no kernel image is available\b",  # ("... for execution on the device")
@@ -54,6 +55,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             # ... or one whose code object does not fit this GPU's ISA (a gfx target the
             # build lacks: "HIP error: invalid kernel file" on Strix Halo's gfx1151)
             r"HIP error: invalid kernel file|hipErrorInvalidKernelFile",
+            # CUTLASS's Python DSL (CuTe) building a kernel for an arch it does not list
+            # ("OpError: expects arch to be one of ['sm_120a'], but got Arch.sm_121a")
+            r"expects arch to be one of \[[^\]]*\], but got Arch\.(?P<sm_target>sm_\d+\w*)",
             r"device kernel image is invalid|CUDA_ERROR_INVALID_IMAGE|cudaErrorInvalidKernelImage",
             r"socVersion \[(?P<gpu>\w+)\] does not support opType \[\w+\]",
         ],

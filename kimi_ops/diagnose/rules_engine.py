@@ -131,8 +131,9 @@ ENGINE_RULES: tuple[Rule, ...] = (
         "engine_traceback",
         "engine_dead_other",
         4,
-        ("run_engine_core", "run_mp_engine", "worker_main", "worker_busy_loop"),
-        [r", in (?:run_engine_core|run_mp_engine|worker_main|worker_busy_loop)\b"],
+        ("run_engine_core", "run_mp_engine", "run_rpc_server", "worker_main", "worker_busy_loop"),
+        # (run_rpc_server: 0.5's engine process, the OpenAI server's RPC server)
+        [r", in (?:run_engine_core|run_mp_engine|run_rpc_server|worker_main|worker_busy_loop)\b"],
         "The engine process crashed with a traceback and none of the known causes was "
         "recognised[[ - first error: {root_cause}]]. Read the traceback; the last log lines "
         "show the context.",

@@ -42,6 +42,7 @@ from kimi_ops.diagnose.markers import (
     _CONFIG_REFUSAL_RE,
     _ENGINE_LOOP_FRAME_RE,
     _FREQ_HEALTHY,
+    _GENERATING_FRAME_RE,
     _HTTP_SHUTDOWN_RE,
     _IGNORED_PREFIXES,
     _MP_CHILD_DIED_RE,
@@ -131,6 +132,7 @@ class _State:
         "last_engine_log_frame_pos",
         "last_survived_frame_pos",
         "last_engine_loop_frame_pos",
+        "last_generating_frame_pos",
         "inproc_driver_pos",
         "api_server_pos",
         "engine_start_pos",
@@ -169,6 +171,7 @@ class _State:
         self.last_engine_log_frame_pos = -1  # a traceback line the engine's error logger printed
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
         self.last_engine_loop_frame_pos = -1  # ... in the engine's busy loop (this run's)
+        self.last_generating_frame_pos = -1  # a frame of the LLM class's generation loop
         self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
         self.api_server_pos = -1  # vLLM's API server spoke: a server, not an in-process engine
         self.engine_start_pos = -1  # the engine's own first line ("Initializing ... LLM engine")
@@ -355,7 +358,19 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_SHUTDOWN:
         if _STOP_REQUEST_RE.search(ev[2]):
             st.stop_request_pos = pos
-        if st.healthy_pos < 0 and not st.hits and st.last_crash_pos < 0:
+        header = st.last_header.pos if st.last_header is not None else -1
+        if (
+            st.healthy_pos < 0
+            and not st.hits
+            and "KeyboardInterrupt" in ev[2]
+            and st.last_generating_frame_pos > header >= 0
+        ):
+            # Ctrl-C raised inside the in-process engine's generation loop (its traceback runs
+            # through LLM._run_engine): the engine was running requests, then was stopped
+            st.healthy_pos = st.last_generating_frame_pos
+            st.healthy_text = ev[2]
+            st.last_progress_pos = max(st.last_progress_pos, pos)
+        elif st.healthy_pos < 0 and not st.hits and st.last_crash_pos < 0:
             http_stop = _HTTP_SHUTDOWN_RE.search(ev[2]) is not None
             if _UP_SHUTDOWN_RE.search(ev[2]) or (st.stop_request_pos >= 0 and http_stop):
                 # an excerpt that begins after startup: the stop shows the server was up
@@ -399,6 +414,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
                 st.last_engine_loop_frame_pos = pos
         st.last_frame = _Line(pos, ev[2])
         st.last_crash_pos = pos
+        if "_run_engine" in ev[2] and _GENERATING_FRAME_RE.search(ev[2]):
+            st.last_generating_frame_pos = pos
         if ("/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2])) or (
             ("load_vllm" in ev[2] or "/aphrodite/" in ev[2]) and _VLLM_KIN_FRAME_RE.search(ev[2])
         ):

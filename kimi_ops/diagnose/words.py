@@ -146,6 +146,8 @@ _FIND_WORDS: tuple[str, ...] = (
     "  Terminated ",  # bash's job report of a SIGTERM
     "Python.h: No such",  # gcc, building a JIT helper without Python's headers
     "vllm rollout",  # verl's rollout worker built its in-process engine
+    "generation end",  # ... verl's trainer validated with it ("validation generation end")
+    "sharding manager init done",  # ... verl's Megatron workers built it
     "Deployed app '",  # Ray Serve: the app's deployments are healthy
     "Graph capturing",  # V0 before 0.6.4's last init step (it printed no "init engine ... took")
     " panicked at ",  # a Rust thread's panic (a Rust front end, a tokenizer)
