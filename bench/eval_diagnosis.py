@@ -89,7 +89,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-za": ("3999916", "1ef67d8"),
     "blind-zb": ("d22421f", "922bc66"),
     "blind-zc": ("9775873", "42d7ac4"),
-    "blind-zd": ("eb8938e", None),
+    "blind-zd": ("eb8938e", "6f4fe8f"),
 }
 
 
