@@ -1168,3 +1168,12 @@ def test_every_line_of_a_small_excerpt_is_read() -> None:
     assert diagnose(filler + line).label == "starting"
     chunks = [(filler + line)[i : i + 999] for i in range(0, len(filler + line), 999)]
     assert feed_all(chunks).diagnosis() == diagnose(filler + line)
+
+
+def test_a_stopped_server_s_hint_says_it_was_stopped_and_serves_nothing() -> None:
+    d = fx("healthy__none__cpu032_sigterm_whole_tree.log")
+    assert (d.label, d.lifecycle) == ("healthy", "stopped")
+    assert "then was stopped" in d.hint and "nothing failed" in d.hint
+    assert "confirm it answers" not in d.hint  # (the running server's hint)
+    up = fx("healthy__none__cpu032_serving.log")
+    assert "confirm it answers" in up.hint and "stopped" not in up.hint

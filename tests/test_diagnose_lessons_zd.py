@@ -24,6 +24,8 @@ RUN_ENGINE = (
 def test_ctrl_c_inside_the_in_process_engine_s_generation_loop_is_a_stop() -> None:
     d = diagnose(RUN_ENGINE)
     assert (d.label, d.lifecycle) == ("healthy", "stopped"), d.summary
+    assert "in-process engine" in d.summary and "server" not in d.summary
+    assert "stopped" in d.hint and "nothing failed" in d.hint
     # the same key pressed while the weights load: nothing ran, no stop of a running engine
     loading = RUN_ENGINE.replace(
         'entrypoints/llm.py", line 1397, in _run_engine',

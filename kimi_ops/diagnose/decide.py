@@ -346,14 +346,26 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         summary = "healthy: in-process engine up" if in_process else f"healthy: server up{where}"
         if shutdown is not None:
             summary += " (then shut down)"
-        hint = _render(
-            "The in-process engine (vLLM's LLM class, or a library driving it) finished "
-            "initialising; it serves no HTTP, its caller sends the prompts."
-            if in_process
-            else "The server came up[[ on {url}]]; confirm it answers with a completion request "
-            "(GET /health and /v1/models can succeed before the model answers).",
-            values,
-        )
+        if shutdown is not None:  # up, then stopped: nothing failed, and nothing serves now
+            text = (
+                "The in-process engine (vLLM's LLM class, or a library driving it) was up, then "
+                "its program was stopped (Ctrl-C / SIGTERM); nothing failed."
+                if in_process
+                else "The server came up[[ on {url}]], then was stopped (Ctrl-C / SIGTERM, or "
+                "its process tree shut down); nothing failed. It serves nothing now: `fab "
+                "deploy` starts it again."
+            )
+        elif in_process:
+            text = (
+                "The in-process engine (vLLM's LLM class, or a library driving it) finished "
+                "initialising; it serves no HTTP, its caller sends the prompts."
+            )
+        else:
+            text = (
+                "The server came up[[ on {url}]]; confirm it answers with a completion request "
+                "(GET /health and /v1/models can succeed before the model answers)."
+            )
+        hint = _render(text, values)
         evidence = (_truncate(healthy_text),) if healthy_text else ()
         return Diagnosis("healthy", stage, progress, evidence, hint, summary, facts)
     desc = _STAGE_DESC.get(stage, "no startup stage seen yet") if stage else "no output yet"

@@ -370,6 +370,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.healthy_pos = st.last_generating_frame_pos
             st.healthy_text = ev[2]
             st.last_progress_pos = max(st.last_progress_pos, pos)
+            st.facts["in_process"] = "true"
         elif st.healthy_pos < 0 and not st.hits and st.last_crash_pos < 0:
             http_stop = _HTTP_SHUTDOWN_RE.search(ev[2]) is not None
             if _UP_SHUTDOWN_RE.search(ev[2]) or (st.stop_request_pos >= 0 and http_stop):
