@@ -91,16 +91,17 @@ _RECORD_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 
 
 @functools.lru_cache(maxsize=256)
-def _record_head(proc: str, pid: str, level: str, where: str) -> tuple[str, str] | None:
+def _record_head(proc: str, pid: str, level: str, where: str) -> tuple[str, str | None]:
     """The header vLLM's text formatter prints before each line of a record, in two parts
     around the time: ``("(EngineCore pid=9) ERROR ", "[core.py] ")``; no line number (a JSON
-    record of vLLM's own format has none: its logger's module stands for the file). ``None``
-    when the record names no level."""
+    record of vLLM's own format has none: its logger's module stands for the file). A record
+    that names no level gets the process prefix alone, and ``None`` for the second part (no
+    time, no file)."""
     head = f"({proc} pid={pid}) " if proc and pid.isdigit() else ""
     level = level.upper()
     level = "WARNING" if level == "WARN" else level
     if level not in _RECORD_LEVELS:
-        return None
+        return head, None
     return head + level + " ", f"[{where}] " if where else ""
 
 
@@ -126,18 +127,16 @@ def _record_lines(record: dict[str, object]) -> list[str] | None:
         where = f"{where}:{line}" if line.isdigit() else str(where)
     else:
         where = _logger_file(str(get("name") or get("logger") or ""))
-    proc, pid = str(get("vllm_process_name") or ""), str(get("process", ""))
-    parts = _record_head(proc, pid, str(level or ""), where)
-    if parts is None:  # no level: the process prefix alone
-        head = f"({proc} pid={pid}) " if proc and pid.isdigit() else ""
-    else:
-        before, after = parts
+    head, after = _record_head(
+        str(get("vllm_process_name") or ""), str(get("process", "")), str(level or ""), where
+    )
+    if after is not None:  # a level: the time between it and the file
         when = str(get("asctime") or get("time") or get("timestamp") or "")
         if len(when) >= 19 and when[4] == "-" and when[13] == ":":  # asctime / ISO, quickly
-            before += f"{when[5:10]} {when[11:19]} "
+            head += f"{when[5:10]} {when[11:19]} "
         elif (m := _RECORD_TIME_RE.search(when)) is not None:
-            before += f"{m[1]} {m[2]} "
-        head = before + after
+            head += f"{m[1]} {m[2]} "
+        head += after
     text = message
     for key in ("exc_info", "exc_text", "stack_info"):
         extra = get(key)
@@ -154,8 +153,9 @@ def _unwrap_record(line: str) -> str:
         return line
     prefix = line[:start]
     if prefix:  # a decoration before the record (compose, kubectl, a timestamp): kept
-        known = _PREFIX_RE.match(uncolored(prefix))
-        if known is None or known.end() != len(uncolored(prefix)):
+        bare = uncolored(prefix)
+        known = _PREFIX_RE.match(bare)
+        if known is None or known.end() != len(bare):
             return line
     try:
         record = json.loads(line[start:])

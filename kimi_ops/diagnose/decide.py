@@ -20,11 +20,11 @@ from kimi_ops.diagnose.hints import (
 )
 from kimi_ops.diagnose.markers import (
     _ATTN_KERNEL_RE,
-    _MP_CHILD_DIED_RE,
     _QUANT_KERNEL_RE,
     _STOP_REQUEST_RE,
     _TRACEBACK,
     _VLLM_ORIGIN_RE,
+    _is_child_death,
 )
 from kimi_ops.diagnose.model import (
     _HEALTHY_STAGE,
@@ -468,7 +468,7 @@ def _generic_unknown(
     """
     # (a child's "Process X:" is the header of the traceback that follows, not a cause)
     exit_line = st.last_exit
-    if exit_line is not None and _MP_CHILD_DIED_RE.match(exit_line.text.strip()):
+    if exit_line is not None and _is_child_death(exit_line.text):
         exit_line = None
     candidates = [x for x in (st.last_exc, exit_line) if x is not None]
     main = max(candidates, key=lambda x: x.pos) if candidates else None

@@ -253,6 +253,13 @@ _RAY_TASK_ERROR_RE = re.compile(r"RayTaskError\([\w.]+\): ray::")
 #: "Process EngineCore_DP0:"): the child exits; the traceback that follows says of what.
 _MP_CHILD_DIED = r"^Process [\w.\-]+:$"
 _MP_CHILD_DIED_RE = re.compile(_MP_CHILD_DIED)
+
+
+def _is_child_death(line: str) -> bool:
+    """Is ``line`` (an exit line's text) multiprocessing's "Process X:"?"""
+    return _MP_CHILD_DIED_RE.match(line.strip()) is not None
+
+
 _EXIT_RE = re.compile(
     r"(?:^|\s)Killed(?:\s|$)|core dumped|exited with (?:exit )?code [1-9]|^Fatal Python error:|"
     r"Failed to start (?:the )?(?:model )?server|\bvLLM (?:server )?failed to start\b|"

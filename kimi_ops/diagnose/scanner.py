@@ -45,7 +45,6 @@ from kimi_ops.diagnose.markers import (
     _GENERATING_FRAME_RE,
     _HTTP_SHUTDOWN_RE,
     _IGNORED_PREFIXES,
-    _MP_CHILD_DIED_RE,
     _NEWLINE,
     _OFFLINE_DONE,
     _PROGRESS_RE,
@@ -58,6 +57,7 @@ from kimi_ops.diagnose.markers import (
     _UP_SHUTDOWN_RE,
     _VLLM_CODE_RE,
     _VLLM_KIN_FRAME_RE,
+    _is_child_death,
 )
 from kimi_ops.diagnose.model import (
     _HEALTHY_STAGE,
@@ -347,12 +347,12 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         if ev[3]:
             st.last_engine_log_frame_pos = pos
     elif kind == _EV_EXIT:
-        child = _MP_CHILD_DIED_RE.match(ev[2].strip())
+        child = _is_child_death(ev[2])
         # a child's "Process X:" heads the traceback that follows: an exit line since the
         # last progress (Ray's account of a dead worker) says more, and stays
-        if child is None or st.last_exit is None or st.last_exit.pos < st.last_progress_pos:
+        if not child or st.last_exit is None or st.last_exit.pos < st.last_progress_pos:
             st.last_exit = _Line(pos, ev[2])
-        if child is not None and ev[2].strip().startswith("Process EngineCore"):
+        if child and ev[2].strip().startswith("Process EngineCore"):
             st.last_engine_log_frame_pos = pos  # V1's engine process died of that traceback
         st.last_crash_pos = st.last_signal_pos = pos
     elif kind == _EV_SHUTDOWN:
