@@ -59,6 +59,7 @@ DECORATIONS: dict[str, Callable[[str], str]] = {
     ),
     "viewer": lambda line: "2026-01-01 00:00:00.123 | " + line,
     # a systemd unit's log: journalctl -o short-iso, and a syslog server's RFC 5424 records
+    "loki": lambda line: "2026-01-01 00:00:00.123\t" + line,  # Grafana / CloudWatch export
     "journald_iso": lambda line: "2026-01-01T00:00:00+0000 gpu-node-01 python3[4821]: " + line,
     "rfc5424": lambda line: "<14>1 2026-01-01T00:00:00.1Z gpu-node-01 vllm 4821 - - " + line,
     "quote": lambda line: "> " + line,
@@ -123,6 +124,34 @@ def test_decorating_every_line_keeps_every_label(name: str) -> None:
         got = diagnose(dressed).label
         if got != bare:
             changed.append(f"{path.name}: {bare} -> {got}")
+    assert not changed, "\n".join(changed)
+
+
+#: Line numbers a paste keeps: ``grep -n -C`` (":" on a match, "-" on a context line),
+#: ``cat -n`` / ``nl``, ``less -N``, ``grep -Hn`` (the file named first).
+NUMBERINGS: dict[str, Callable[[int, str], str]] = {
+    "grep_n": lambda i, line: f"{i}{':' if 'Error' in line or 'ERROR' in line else '-'}{line}",
+    "cat_n": lambda i, line: f"{i:6d}\t{line}",
+    "less_n": lambda i, line: f"{i:7d} {line}",
+    "grep_hn": lambda i, line: f"/var/log/vllm/serve-1.log:{i}:{line}",
+}
+
+
+def test_line_numbers_keep_every_label() -> None:
+    """Each excerpt numbered one of the ways (in turn), diagnosed again: the numbers are
+    learned from the first lines (they rise, a time or a year does not) and taken off."""
+    changed = []
+    forms = sorted(NUMBERINGS)
+    for k, path in enumerate(_excerpts()):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if sum(1 for ln in text.split("\n") if ln.strip()) < 3:  # too short to show numbers
+            continue
+        number = NUMBERINGS[forms[k % len(forms)]]
+        lines = text.splitlines(keepends=True)
+        dressed = "".join(number(i, line) for i, line in enumerate(lines, start=120))
+        bare, got = diagnose(text).label, diagnose(dressed).label
+        if got != bare:
+            changed.append(f"{path.name} ({forms[k % len(forms)]}): {bare} -> {got}")
     assert not changed, "\n".join(changed)
 
 

@@ -4,13 +4,14 @@ every line, and a log's own repeated words are never taken for one."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
 import pytest
 
 from kimi_ops.diagnose import LogDiagnoser, diagnose
-from kimi_ops.diagnose.clean import learn_line_prefix
+from kimi_ops.diagnose.clean import learn_line_numbers, learn_line_prefix
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 SERVING = FIXTURES / "healthy__none__cpu032_serving.log"
@@ -94,3 +95,66 @@ def test_the_tail_shows_lines_without_the_label() -> None:
     d = LogDiagnoser()
     d.feed(each("\n".join(VLLM_LINES), "gpu-node-01: ") + "\n")
     assert d.tail[-1] == "Loading weights took 1.2 seconds"
+
+
+@pytest.mark.parametrize(
+    ("numbered", "bare"),
+    [
+        ("{i}:{line}", "{line}"),  # grep -n
+        ("{i}-{line}", "{line}"),  # grep -n -C: a context line
+        ("{i:6d}\t{line}", "{line}"),  # cat -n, nl
+        ("{i:7d} {line}", "{line}"),  # less -N
+        ("logs/serve-1.log:{i}:{line}", "{line}"),  # grep -Hn
+    ],
+)
+def test_line_numbers_are_learned_and_taken_off(numbered: str, bare: str) -> None:
+    text = "\n".join(numbered.format(i=i, line=ln) for i, ln in enumerate(VLLM_LINES * 2, 1))
+    numbers = learn_line_numbers(text)
+    assert numbers is not None
+    assert numbers.sub("", text) == "\n".join(VLLM_LINES * 2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\n".join(VLLM_LINES),  # vLLM's own records
+        "\n".join(f"2026-01-0{i} 10:00:00 INFO loading" for i in range(1, 6)),  # a date's year
+        "\n".join(f"10:0{i}:00 INFO loading" for i in range(1, 6)),  # a time's hour
+        "\n".join(f"0: INFO line {i}" for i in range(5)),  # srun's task number
+        # an IPython traceback's source lines: numbered, but each frame starts again
+        "     44 self.a = a\n     45 self.b = b\n---> 47 self._init()\n"
+        "     34 self.c = c\n     35 self.d = d\n---> 36 self.load()",
+    ],
+)
+def test_a_logs_own_numbers_are_no_line_numbers(text: str) -> None:
+    assert learn_line_numbers(text) is None
+
+
+def test_a_grep_n_paste_reads_as_the_bare_log_in_any_chunks() -> None:
+    text = CRASH.read_text(encoding="utf-8")
+    lines = text.rstrip("\n").split("\n")
+    numbered = "\n".join(f"{i}:{ln}" for i, ln in enumerate(lines, 1)) + "\n"
+    bare = diagnose(text)
+    assert diagnose(numbered).label == bare.label
+    streamed = LogDiagnoser()
+    for i in range(0, len(numbered), 7):
+        streamed.feed(numbered[i : i + 7])
+    assert streamed.diagnosis().label == bare.label
+
+
+@pytest.mark.parametrize(
+    "path",
+    [CRASH, FIXTURES / "engine_killed__engine_vanished__cpu032_json_records_kill9_engine_core.log"],
+    ids=lambda p: p.name,
+)
+def test_numbers_come_off_before_docker_json_records_are_read(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    records = [
+        json.dumps(
+            {"log": ln + "\n", "stream": "stderr", "time": "2026-01-01T00:00:00Z"},
+            separators=(",", ":"),  # docker's json-file driver writes no spaces
+        )
+        for ln in text.rstrip("\n").split("\n")
+    ]
+    numbered = "\n".join(f"{i}:{rec}" for i, rec in enumerate(records, 1)) + "\n"
+    assert diagnose(numbered) == diagnose(text)

@@ -22,7 +22,7 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | [ \t]*\#[ ](?=[ ]*(?:Traceback[ ]|File[ ]"|[\w.]+(?:Error|Exception)\b))  # commented out
       | \[\d{4}-\d\d-\d\d[ ]\d\d:\d\d:\d\d,\d+[ ][IWEF][ ]\d+[ ]\d+\][ ]  # Ray's C++ log
       | (?:\[[\w.\-]+\]|[\w.\-]+)[ ]+\|[ ]?                  # docker compose "svc-1  | "
-      | [ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]?  # ISO
+      | [ \t]*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ \t]?  # ISO
         (?:\|[ ]?)?                                          # ... "ts | " (log viewers)
         (?:std(?:out|err)[ ][FP][ ])?                        # ... CRI's stream and tag
         (?:[\w.\-]+[ ][\w.\-/@]+\[\d+\]:[ ])?                 # ... journalctl -o short-iso
@@ -231,6 +231,47 @@ def learn_line_prefix(text: str) -> str | None:
             break
         prefix = candidate
     return prefix or None
+
+
+#: Line numbers a tool put before each line, in the order tried: ``grep -n`` (``12:`` a match,
+#: ``13-`` a context line), ``cat -n`` / ``nl`` (right-aligned, then a tab), ``less -N``
+#: (right-aligned, then a space), and ``grep -n`` that names the file first (``-H``, several
+#: files: ``f:12:`` / ``f-13-``; the name holds a non-digit, so ``3:2026-...`` is line 3).
+_NUMBERED_FORMS = (
+    re.compile(r"()(\d+)[:\-]"),
+    re.compile(r"()[ ]*(\d+)(?:\t|$)"),
+    re.compile(r"()[ ]*(\d+)(?:[ ]|$)"),
+    re.compile(r"([^\s:]*?[^\s:\d][^\s:]*?)[:\-](\d+)[:\-]"),
+)
+
+
+def learn_line_numbers(text: str) -> re.Pattern[str] | None:
+    """A pattern for the line numbers every line of ``text`` starts with, if it has them.
+
+    Learned from the first :data:`PREFIX_SAMPLE` non-empty lines: at least three quarters of
+    them (and at least three) start with a number in one of :data:`_NUMBERED_FORMS` (after
+    the same file name, if any), and the numbers rise from line to line, so a time, a date's
+    year or srun's constant task number is never taken for one. ``None`` when there are none.
+    """
+    lines = [ln for ln in text.split("\n", 4 * PREFIX_SAMPLE) if ln.strip()][:PREFIX_SAMPLE]
+    need = max(3, -(-3 * len(lines) // 4))
+    for form in _NUMBERED_FORMS:
+        found = [m for ln in lines if (m := form.match(ln)) is not None]
+        if len(found) < need or len({m[1] for m in found}) != 1:
+            continue
+        numbers = [int(m[2]) for m in found]
+        if all(a < b for a, b in zip(numbers, numbers[1:], strict=False)):
+            file = found[0][1]
+            if file:  # the file's name before a match's ":" or a context line's "-"
+                return re.compile(rf"^{re.escape(file)}[:\-]\d+[:\-]", re.M)
+            return re.compile("^" + form.pattern[2:], re.M)
+    return None
+
+
+def strip_line_numbers(block: str, numbers: re.Pattern[str]) -> str:
+    """``block`` with the learned line numbers taken off each line (and grep's ``--``
+    separator lines between context groups left as they are)."""
+    return numbers.sub("", block)
 
 
 def strip_line_prefix(block: str, prefix: str) -> str:

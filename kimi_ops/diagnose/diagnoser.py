@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import codecs
 
-from kimi_ops.diagnose.clean import PREFIX_SAMPLE, clean_line, learn_line_prefix
+from kimi_ops.diagnose.clean import (
+    PREFIX_SAMPLE,
+    clean_line,
+    learn_line_numbers,
+    learn_line_prefix,
+    strip_line_numbers,
+)
 from kimi_ops.diagnose.decide import _decide
 from kimi_ops.diagnose.model import _MAX_PENDING, _SLICE, TAIL_LINES, Diagnosis
 from kimi_ops.diagnose.scanner import _process, _State
@@ -69,7 +75,7 @@ class LogDiagnoser:
                 return
             held = "".join(self._held)
             self._held = None
-            self._state.line_prefix = learn_line_prefix(held)
+            _learn_decorations(self._state, held)
             block = held
         _process(self._state, block)
 
@@ -81,7 +87,7 @@ class LogDiagnoser:
         rest = self._pending.rstrip("\r") + "\n" if self._pending else ""
         if self._held is not None:  # a short log: its lines so far decide the prefix
             rest = "".join(self._held) + rest
-            st.line_prefix = learn_line_prefix(rest)
+            _learn_decorations(st, rest)
         _process(st, rest)
         return st
 
@@ -119,3 +125,12 @@ def diagnose(text: str, context: dict[str, object] | None = None) -> Diagnosis:
     d = LogDiagnoser(context)
     d.feed(text)
     return d.diagnosis()
+
+
+def _learn_decorations(st: _State, head: str) -> None:
+    """Learn what a tool put on every line from the log's first lines: line numbers (``grep
+    -n``, ``cat -n``) and, inside them, a constant label (stern's, pdsh's)."""
+    st.line_numbers = learn_line_numbers(head)
+    if st.line_numbers is not None:
+        head = strip_line_numbers(head, st.line_numbers)
+    st.line_prefix = learn_line_prefix(head)

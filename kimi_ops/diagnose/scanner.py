@@ -3,6 +3,7 @@ update."""
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -12,6 +13,7 @@ from kimi_ops.diagnose.clean import (
     DOCKER_JSON_START,
     clean_line,
     has_json_records,
+    strip_line_numbers,
     strip_line_prefix,
     unwrap_docker_json,
     unwrap_json_records,
@@ -139,6 +141,7 @@ class _State:
         "tail",
         "tail_provisional",
         "line_prefix",
+        "line_numbers",
     )
 
     def __init__(self) -> None:
@@ -178,6 +181,7 @@ class _State:
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
         self.line_prefix: str | None = None  # a tool's constant label on every line (learned)
+        self.line_numbers: re.Pattern[str] | None = None  # grep -n's, cat -n's (learned)
 
     def clone(self) -> _State:
         new = _State.__new__(_State)
@@ -465,6 +469,8 @@ _SURVIVABLE_RULES = frozenset({"allocator_oom", "hub_request_failed"})
 
 def _process(st: _State, block: str) -> None:
     """Consume a block of complete lines (ends with a terminator; ``\\r\\n`` normalised)."""
+    if st.line_numbers is not None:  # a paste's grep -n / cat -n numbers, outermost
+        block = strip_line_numbers(block, st.line_numbers)
     if DOCKER_JSON_START in block:  # docker's json-file records: read the lines they hold
         block = unwrap_docker_json(block)
     if st.line_prefix is not None:
