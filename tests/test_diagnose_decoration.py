@@ -4,9 +4,10 @@ viewers and pastes wrap lines, gets the label it gets bare.
 The real excerpts in ``tests/fixtures/corpus`` come with whatever decoration their source had;
 the same log reaches users through docker compose, ``kubectl logs --prefix``, timestamping
 log shippers, systemd's journal and syslog servers, docker's json-file records, markdown
-quotes, k9s, the launchers' per-rank labels (srun, torchrun, mpirun) and vLLM's own colour
-formatter. A rule that only works on
-one decoration is fitted to it, so each excerpt is decorated line by line and diagnosed again.
+quotes, k9s, the launchers' per-rank labels (srun, torchrun, mpirun), vLLM's own colour
+formatter, a web page's typographic quotes, and the line numbers of ``grep -n`` / ``cat -n``.
+A rule that only works on one decoration is fitted to it, so each excerpt is decorated line by
+line and diagnosed again.
 Tools' own labels (stern's pod and container, pdsh's host) match no pattern: they are learned
 from the log's first lines.
 """
@@ -63,6 +64,12 @@ DECORATIONS: dict[str, Callable[[str], str]] = {
     "journald_iso": lambda line: "2026-01-01T00:00:00+0000 gpu-node-01 python3[4821]: " + line,
     "rfc5424": lambda line: "<14>1 2026-01-01T00:00:00.1Z gpu-node-01 vllm 4821 - - " + line,
     "quote": lambda line: "> " + line,
+    # a blog's typographic quotes: an opening one after a space or bracket, else a closing one
+    "page_quotes": lambda line: (
+        re.sub(r"(?<=[\s(\[{=:])'|^'", "\u2018", re.sub(r'(?<=[\s(\[{=:])"|^"', "\u201c", line))
+        .replace("'", "\u2019")
+        .replace('"', "\u201d")
+    ),
     "srun": lambda line: "0: " + line,  # srun --label (Slurm)
     "torchrun": lambda line: "[default0]:" + line,  # torchrun --tee
     "mpirun": lambda line: "[1,0]<stderr>:" + line,  # mpirun --tag-output

@@ -274,6 +274,18 @@ def strip_line_numbers(block: str, numbers: re.Pattern[str]) -> str:
     return numbers.sub("", block)
 
 
+#: Typographic quotes a web page or a word processor put in place of a log's own ' and ".
+_CURLY_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def straight_quotes(block: str) -> str:
+    """``block`` with typographic quotes (a blog's or a rendered page's ``‘...’``, ``“...”``)
+    made the straight ones the log printed (a cheap test first: most blocks are ASCII)."""
+    if block.isascii() or not any(q in block for q in "\u2018\u2019\u201c\u201d"):
+        return block
+    return block.translate(_CURLY_QUOTES)
+
+
 def strip_line_prefix(block: str, prefix: str) -> str:
     """``block`` with ``prefix`` taken off every line that starts with it."""
     n = len(prefix)

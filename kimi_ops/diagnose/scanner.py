@@ -13,6 +13,7 @@ from kimi_ops.diagnose.clean import (
     DOCKER_JSON_START,
     clean_line,
     has_json_records,
+    straight_quotes,
     strip_line_numbers,
     strip_line_prefix,
     unwrap_docker_json,
@@ -477,6 +478,7 @@ def _process(st: _State, block: str) -> None:
         block = strip_line_prefix(block, st.line_prefix)
     if has_json_records(block):  # structured records: read the lines vLLM's text would be
         block = unwrap_json_records(block)
+    block = straight_quotes(block)  # a page's typographic quotes: the log's own
     base = st.offset
     st.offset += len(block)
     scan = block.replace("\r", "\n") if "\r" in block else block
