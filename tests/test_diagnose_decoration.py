@@ -162,6 +162,69 @@ def test_line_numbers_keep_every_label() -> None:
     assert not changed, "\n".join(changed)
 
 
+#: Terminal widths a paste was hard-wrapped at (tmux / screen copy mode, a web console).
+WIDTHS = (80, 100, 120, 132)
+#: Excerpts whose reading a hard wrap still changes, each for the reason given: a piece cut
+#: off that begins the way a record of its own begins (a bracket, an exception's name, two
+#: spaces, a date), so it stays a line of its own, or a wrap learned from no first line.
+WRAP_CHANGES: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "starting__m117_engine_init_done_before_routes.log",
+            "engine_dead_other__m416_jetson_nvml_unboundlocalerror.log",
+            "engine_dead_other__zc814_omni_stage_worker_init_device_cut.log",
+        ),
+        "one line only is long enough to be cut: one piece cannot show a width",
+    ),
+    **dict.fromkeys(
+        (
+            "unknown__f406_omni_custom_code_repo_create_model_config_cut.log",
+            "engine_dead_other__v413_gpustack_worker_compiled_graph_trace_cut.log",
+            "unknown__z409_ppc64le_cpu_missing_ipex_module.log",
+        ),
+        "a traceback cut in pieces that begin with its indentation, carets or 'File \"': they"
+        " look like records of their own, as metrics lines of one length do, so no width is"
+        " learned",
+    ),
+    "unknown__c022_ray_worker_system_error_eof_possible_causes.log": (
+        "Ray's list of possible causes is cut before '(1) The process is killed by SIGKILL',"
+        " a piece that begins like a record and is read as one"
+    ),
+}
+
+
+def _wrapped(text: str, width: int) -> str:
+    return "\n".join(
+        "\n".join(line[k : k + width] for k in range(0, len(line), width)) if line else line
+        for line in text.split("\n")
+    )
+
+
+def test_a_terminals_hard_wrap_keeps_every_label() -> None:
+    """Each excerpt hard-wrapped at one of :data:`WIDTHS` (in turn), diagnosed again: the
+    width is learned from the first lines (lines of exactly that width go on in a line that
+    begins no record) and the pieces are joined."""
+    changed = []
+    for k, path in enumerate(_excerpts()):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        dressed = _wrapped(text, WIDTHS[k % len(WIDTHS)])
+        if dressed == text or path.name in WRAP_CHANGES:
+            continue
+        bare, got = diagnose(text).label, diagnose(dressed).label
+        if got != bare:
+            changed.append(f"{path.name} ({WIDTHS[k % len(WIDTHS)]}): {bare} -> {got}")
+    assert not changed, "\n".join(changed)
+
+
+def test_the_wrap_changes_are_real_and_still_changed() -> None:
+    names = [p.name for p in _excerpts()]
+    for name, why in WRAP_CHANGES.items():
+        assert why and name in names, name
+        text = (CORPUS / "logs" / name).read_text(encoding="utf-8", errors="replace")
+        width = WIDTHS[names.index(name) % len(WIDTHS)]
+        assert diagnose(_wrapped(text, width)).label != diagnose(text).label, name
+
+
 #: One record of vLLM's text formatter: ``(EngineCore pid=9) ERROR 08-05 07:31:10 [core.py:12]
 #: message`` (the process prefix since 0.10; older logs have none).
 _TEXT_RECORD_RE = re.compile(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kimi_ops.diagnose import LogDiagnoser, diagnose
-from kimi_ops.diagnose.clean import learn_line_numbers, learn_line_prefix
+from kimi_ops.diagnose.clean import learn_line_numbers, learn_line_prefix, learn_wrap_width
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 SERVING = FIXTURES / "healthy__none__cpu032_serving.log"
@@ -25,6 +25,22 @@ VLLM_LINES = [
     "INFO 05-12 10:00:02 [model.py:2] Resolved architecture: LlamaForCausalLM",
     "INFO 05-12 10:00:03 [loader.py:3] Loading weights took 1.2 seconds",
 ]
+
+
+def fed_in_chunks(
+    text: str, rng: random.Random, max_len: int, ask_early: bool = False
+) -> LogDiagnoser:
+    """A diagnoser fed ``text`` in random pieces of 1 to ``max_len`` characters (asked for a
+    diagnosis after each piece of the first third, with ``ask_early``)."""
+    d = LogDiagnoser()
+    i = 0
+    while i < len(text):
+        n = rng.randint(1, max_len)
+        d.feed(text[i : i + n])
+        i += n
+        if ask_early and i < len(text) // 3:
+            d.diagnosis()
+    return d
 
 
 def each(text: str, label: str) -> str:
@@ -79,14 +95,8 @@ def test_a_labelled_log_reads_as_the_bare_one_in_any_chunks(path: Path, label: s
     whole.feed(text)
     rng = random.Random(path.name)
     for max_len in (1, 13, 200):
-        d = LogDiagnoser()
-        i = 0
-        while i < len(labelled):
-            n = rng.randint(1, max_len)
-            d.feed(labelled[i : i + n])
-            i += n
-            if i < len(labelled) // 3:  # asked mid-way, while the label is still undecided
-                d.diagnosis()
+        # asked mid-way too, while the label is still undecided
+        d = fed_in_chunks(labelled, rng, max_len, ask_early=True)
         assert d.diagnosis() == bare, max_len
         assert d.tail == whole.tail  # the lines shown, without the label
 
@@ -158,3 +168,42 @@ def test_numbers_come_off_before_docker_json_records_are_read(path: Path) -> Non
     ]
     numbered = "\n".join(f"{i}:{rec}" for i, rec in enumerate(records, 1)) + "\n"
     assert diagnose(numbered) == diagnose(text)
+
+
+def _hard_wrapped(text: str, width: int) -> str:
+    return "\n".join(
+        "\n".join(ln[k : k + width] for k in range(0, len(ln), width)) if ln else ln
+        for ln in text.split("\n")
+    )
+
+
+@pytest.mark.parametrize("width", [80, 100, 132])
+@pytest.mark.parametrize("label", ["", "vllm-7d9f8c6b5-x2k4p vllm "])
+@pytest.mark.parametrize("path", [SERVING, CRASH, BARS], ids=lambda p: p.name)
+def test_a_hard_wrapped_log_reads_as_the_bare_one_in_any_chunks(
+    path: Path, label: str, width: int
+) -> None:
+    text = path.read_text(encoding="utf-8")
+    bare = diagnose(text)
+    wrapped = _hard_wrapped(each(text.rstrip("\n"), label) if label else text, width)
+    assert learn_wrap_width(wrapped) == width
+    whole = diagnose(wrapped)
+    assert (whole.label, whole.lifecycle, whole.evidence) == (
+        bare.label,
+        bare.lifecycle,
+        bare.evidence,
+    )
+    rng = random.Random(f"{path.name}{width}")
+    for max_len in (1, 50, 400):
+        assert fed_in_chunks(wrapped, rng, max_len).diagnosis() == whole
+
+
+def test_a_logs_own_lines_of_one_length_are_no_hard_wrap() -> None:
+    # metrics lines of one length, each followed by a record of its own
+    line = (
+        "INFO 05-12 10:00:0{} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s,"
+        " Avg generation throughput: 12.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs"
+    )
+    text = "\n".join(line.format(i) for i in range(8))
+    assert learn_wrap_width(text) is None
+    assert diagnose(text).label == "healthy"

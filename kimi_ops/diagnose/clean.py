@@ -179,6 +179,8 @@ def has_json_records(block: str) -> bool:
 
 #: How many of a log's first non-empty lines decide its learned line prefix (below).
 PREFIX_SAMPLE = 12
+#: ... and its hard wrap (long lines are fewer: a terminal's width shows on them only).
+WRAP_SAMPLE = 40
 #: One token of an unknown per-line decoration: a pod, container or host name ("vllm-0",
 #: "gpu-node-01:"), no spaces or parentheses; each holds a digit or a separator (a later one
 #: may be a lowercase container name), so a sentence's words ("Loading safetensors ...",
@@ -272,6 +274,86 @@ def strip_line_numbers(block: str, numbers: re.Pattern[str]) -> str:
     """``block`` with the learned line numbers taken off each line (and grep's ``--``
     separator lines between context groups left as they are)."""
     return numbers.sub("", block)
+
+
+#: How a line that begins a record of its own starts (beyond a known decoration): a traceback's
+#: indentation or words, a bracket or process prefix, an exception, a level, a date or time.
+_RECORD_START_RE = re.compile(
+    r"\t|[ ]{2}|Traceback|File[ ]\"|[\[(<{]|[A-Z]\w*(?:Error|Exception|Warning|Exit)\b"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d[ ]\d\d:"
+)
+#: The narrowest terminal width taken for a hard wrap (narrower lines are a log's own).
+_MIN_WRAP = 60
+
+
+def _starts_record(line: str, lead: re.Pattern[str] | None = None) -> bool:
+    """Whether ``line`` begins a record of its own: a tool's learned decoration (``lead``: its
+    line numbers or label, which a wrapped piece lacks), a known one, or a record's words."""
+    if lead is not None and lead.match(line):
+        return True
+    bare = uncolored(line)
+    known = _PREFIX_RE.match(bare)
+    return (known is not None and known.end() > 0) or _RECORD_START_RE.match(bare) is not None
+
+
+def line_lead(numbers: re.Pattern[str] | None, prefix: str | None) -> re.Pattern[str] | None:
+    """A pattern for the start of a line that a tool decorated with the learned ``numbers``
+    or ``prefix`` (either may be ``None``), or ``None`` without either."""
+    parts = [numbers.pattern.removeprefix("^")] if numbers is not None else []
+    parts += [re.escape(prefix)] if prefix else []
+    return re.compile("|".join(parts)) if parts else None
+
+
+def learn_wrap_width(text: str, lead: re.Pattern[str] | None = None) -> int | None:
+    """The width a terminal (tmux, screen, a web console) hard-wrapped ``text`` at, if it did.
+
+    Learned from the first :data:`WRAP_SAMPLE` non-empty lines: the longest is at least
+    :data:`_MIN_WRAP` characters, at least two lines have exactly its length and are followed
+    by a line that begins no record (a piece of the same line), and so are two thirds of the
+    lines of that length (a log's own lines of one length, metrics or progress lines, are each
+    followed by a record of their own). ``None`` when it was not wrapped.
+    """
+    lines = [ln for ln in text.split("\n", 4 * WRAP_SAMPLE) if ln.strip()][:WRAP_SAMPLE]
+    width = max((len(ln) for ln in lines), default=0)
+    if width < _MIN_WRAP:
+        return None
+    full = [i for i, ln in enumerate(lines[:-1]) if len(ln) == width]
+    pieces = sum(1 for i in full if not _starts_record(lines[i + 1], lead))
+    return width if pieces >= 2 and 3 * pieces >= 2 * len(full) else None
+
+
+def join_wrapped(block: str, width: int, lead: re.Pattern[str] | None = None) -> str:
+    """``block`` with each line that a hard wrap at ``width`` cut joined up again: a line of
+    exactly that width continues on the next unless the next begins a record of its own."""
+    lines = block.split("\n")
+    out: list[str] = []
+    last = 0  # the length of the last physical line read
+    for ln in lines:
+        if last == width and out and ln and not _starts_record(ln, lead):
+            out[-1] += ln
+        else:
+            out.append(ln)
+        last = len(ln)
+    return "\n".join(out)
+
+
+def first_pieces(text: str, width: int) -> str:
+    """The lines of ``text`` that no line of exactly ``width`` precedes: the starts of the
+    lines a hard wrap at ``width`` cut (where a tool's numbers or label are)."""
+    lines = text.split("\n")
+    return "\n".join(ln for i, ln in enumerate(lines) if i == 0 or len(lines[i - 1]) != width)
+
+
+def held_wrapped_line(data: str, cut: int, width: int) -> int:
+    """Where to cut ``data`` (complete lines up to ``cut``, a newline) so that the last lines
+    of exactly ``width`` (the pieces of one line so far) wait for the next one: the newline
+    before the first of them (-1 if all are), or ``cut``."""
+    while cut >= 0:
+        start = data.rfind("\n", 0, cut) + 1
+        if cut - start != width:
+            break
+        cut = start - 1
+    return cut
 
 
 #: Typographic quotes a web page or a word processor put in place of a log's own ' and ".

@@ -5,10 +5,14 @@ from __future__ import annotations
 import codecs
 
 from kimi_ops.diagnose.clean import (
-    PREFIX_SAMPLE,
+    WRAP_SAMPLE,
     clean_line,
+    first_pieces,
+    held_wrapped_line,
     learn_line_numbers,
     learn_line_prefix,
+    learn_wrap_width,
+    line_lead,
     strip_line_numbers,
 )
 from kimi_ops.diagnose.decide import _decide
@@ -36,8 +40,9 @@ class LogDiagnoser:
         self._state = _State()
         self._pending = ""
         self._decoder: codecs.IncrementalDecoder | None = None
-        # complete lines held until the first PREFIX_SAMPLE non-empty ones decide whether
-        # every line carries a tool's label (learn_line_prefix); None once decided
+        # complete lines held until the first WRAP_SAMPLE non-empty ones decide whether every
+        # line carries a tool's label or numbers, or a hard wrap (_learn_decorations); None
+        # once decided
         self._held: list[str] | None = []
         self._held_lines = 0
         self._held_size = 0
@@ -59,6 +64,9 @@ class LogDiagnoser:
             data = data.replace("\r\n", "\n")
         stop = len(data) - 1 if data.endswith("\r") else len(data)
         cut = max(data.rfind("\n", 0, stop), data.rfind("\r", 0, stop))
+        width = self._state.wrap_width
+        if width is not None and cut >= 0 and data[cut] == "\n":  # a cut line waits
+            cut = held_wrapped_line(data, cut, width)
         if cut < 0:
             if len(data) <= _MAX_PENDING:
                 self._pending = data
@@ -71,11 +79,15 @@ class LogDiagnoser:
             self._held.append(block)
             self._held_lines += _nonempty_lines(block)
             self._held_size += len(block)
-            if self._held_lines < PREFIX_SAMPLE and self._held_size <= _MAX_PENDING:
+            if self._held_lines < WRAP_SAMPLE and self._held_size <= _MAX_PENDING:
                 return
             held = "".join(self._held)
             self._held = None
             _learn_decorations(self._state, held)
+            width = self._state.wrap_width
+            if width is not None and held.endswith("\n"):  # its last line may go on
+                k = held_wrapped_line(held, len(held) - 1, width)
+                held, self._pending = held[: k + 1], held[k + 1 :] + self._pending
             block = held
         _process(self._state, block)
 
@@ -104,14 +116,14 @@ class LogDiagnoser:
 
 
 def _nonempty_lines(block: str) -> int:
-    """How many non-empty ``\\n``-ended lines ``block`` has, counted up to :data:`PREFIX_SAMPLE`.
+    """How many non-empty ``\\n``-ended lines ``block`` has, counted up to :data:`WRAP_SAMPLE`.
 
     A line begun in an earlier block may count as empty here, never the reverse: the count
     can only delay the decision, so the prefix is learned from the same first lines whatever
     the chunking.
     """
     count = i = 0
-    while count < PREFIX_SAMPLE:
+    while count < WRAP_SAMPLE:
         j = block.find("\n", i)
         if j < 0:
             break
@@ -128,9 +140,19 @@ def diagnose(text: str, context: dict[str, object] | None = None) -> Diagnosis:
 
 
 def _learn_decorations(st: _State, head: str) -> None:
-    """Learn what a tool put on every line from the log's first lines: line numbers (``grep
-    -n``, ``cat -n``) and, inside them, a constant label (stern's, pdsh's)."""
+    """Learn what a tool did to every line from the log's first lines: line numbers (``grep
+    -n``, ``cat -n``), inside them a constant label (stern's, pdsh's), and a terminal's hard
+    wrap (whose pieces go on without the numbers or the label). Where wrapped pieces hid the
+    numbers or the label (too few lines began with them), they are learned again from the
+    first pieces of the lines cut."""
+    _learn_lead(st, head)
+    st.wrap_width = learn_wrap_width(head, st.line_lead)
+    if st.wrap_width is not None and (st.line_numbers is None or st.line_prefix is None):
+        _learn_lead(st, first_pieces(head, st.wrap_width))
+
+
+def _learn_lead(st: _State, head: str) -> None:
     st.line_numbers = learn_line_numbers(head)
-    if st.line_numbers is not None:
-        head = strip_line_numbers(head, st.line_numbers)
-    st.line_prefix = learn_line_prefix(head)
+    bare = head if st.line_numbers is None else strip_line_numbers(head, st.line_numbers)
+    st.line_prefix = learn_line_prefix(bare)
+    st.line_lead = line_lead(st.line_numbers, st.line_prefix)

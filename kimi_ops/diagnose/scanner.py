@@ -13,6 +13,7 @@ from kimi_ops.diagnose.clean import (
     DOCKER_JSON_START,
     clean_line,
     has_json_records,
+    join_wrapped,
     straight_quotes,
     strip_line_numbers,
     strip_line_prefix,
@@ -143,6 +144,8 @@ class _State:
         "tail_provisional",
         "line_prefix",
         "line_numbers",
+        "wrap_width",
+        "line_lead",
     )
 
     def __init__(self) -> None:
@@ -183,6 +186,8 @@ class _State:
         self.tail_provisional = False
         self.line_prefix: str | None = None  # a tool's constant label on every line (learned)
         self.line_numbers: re.Pattern[str] | None = None  # grep -n's, cat -n's (learned)
+        self.wrap_width: int | None = None  # a terminal's hard wrap (learned)
+        self.line_lead: re.Pattern[str] | None = None  # a decorated line's start (learned)
 
     def clone(self) -> _State:
         new = _State.__new__(_State)
@@ -470,7 +475,9 @@ _SURVIVABLE_RULES = frozenset({"allocator_oom", "hub_request_failed"})
 
 def _process(st: _State, block: str) -> None:
     """Consume a block of complete lines (ends with a terminator; ``\\r\\n`` normalised)."""
-    if st.line_numbers is not None:  # a paste's grep -n / cat -n numbers, outermost
+    if st.wrap_width is not None:  # a terminal's hard wrap: the lines it cut, joined
+        block = join_wrapped(block, st.wrap_width, st.line_lead)
+    if st.line_numbers is not None:  # a paste's grep -n / cat -n numbers
         block = strip_line_numbers(block, st.line_numbers)
     if DOCKER_JSON_START in block:  # docker's json-file records: read the lines they hold
         block = unwrap_docker_json(block)
