@@ -229,10 +229,10 @@ def test_fixture(path: Path) -> None:
 
 
 def test_every_rule_has_a_fixture() -> None:
-    """Every rule record (the table, and the KV-cache variant ``_decide`` swaps in) has a
+    """Every rule record (the table, and the variants ``_decide`` swaps in) has a
     fixture it must decide (``test_fixture`` checks the label and the deciding rule)."""
     covered = {fixture_meta(p) for p in fixture_files()}
-    records = (*RULES, RULES_MODULE._FP8_ARCH_KV_RULE)
+    records = (*RULES, RULES_MODULE._FP8_ARCH_KV_RULE, RULES_MODULE._DEVICE_QUERY_FAILED_RULE)
     missing = [r.name for r in records if (r.label, r.name) not in covered]
     assert not missing, f"rules without a test case: {missing}"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -170,27 +171,24 @@ WIDTHS = (80, 100, 120, 132)
 WRAP_CHANGES: dict[str, str] = {
     **dict.fromkeys(
         (
-            "starting__m117_engine_init_done_before_routes.log",
             "engine_dead_other__m416_jetson_nvml_unboundlocalerror.log",
+            "healthy__zc611_ascend_xinference_inprocess_engine_loaded.log",
             "engine_dead_other__zc814_omni_stage_worker_init_device_cut.log",
+            "unknown__ze807_cpu_prototype_benchmark_run_engine_cut.log",
         ),
         "one line only is long enough to be cut: one piece cannot show a width",
     ),
-    **dict.fromkeys(
-        (
-            "unknown__f406_omni_custom_code_repo_create_model_config_cut.log",
-            "engine_dead_other__v413_gpustack_worker_compiled_graph_trace_cut.log",
-            "unknown__z409_ppc64le_cpu_missing_ipex_module.log",
-        ),
-        "a traceback cut in pieces that begin with its indentation, carets or 'File \"': they"
-        " look like records of their own, as metrics lines of one length do, so no width is"
-        " learned",
-    ),
-    "unknown__c022_ray_worker_system_error_eof_possible_causes.log": (
-        "Ray's list of possible causes is cut before '(1) The process is killed by SIGKILL',"
-        " a piece that begins like a record and is read as one"
+    "unknown__z409_ppc64le_cpu_missing_ipex_module.log": (
+        "a traceback cut in pieces that begin with its indentation or carets: they look like"
+        " records of their own, as metrics lines of one length do, so no width is learned"
     ),
 }
+
+
+def _width_of(name: str) -> int:
+    """The width an excerpt is wrapped at: one of :data:`WIDTHS`, by its name (so excerpts
+    added to the corpus leave the others' widths as they were)."""
+    return WIDTHS[zlib.crc32(name.encode()) % len(WIDTHS)]
 
 
 def _wrapped(text: str, width: int) -> str:
@@ -205,14 +203,14 @@ def test_a_terminals_hard_wrap_keeps_every_label() -> None:
     width is learned from the first lines (lines of exactly that width go on in a line that
     begins no record) and the pieces are joined."""
     changed = []
-    for k, path in enumerate(_excerpts()):
+    for path in _excerpts():
         text = path.read_text(encoding="utf-8", errors="replace")
-        dressed = _wrapped(text, WIDTHS[k % len(WIDTHS)])
+        dressed = _wrapped(text, _width_of(path.name))
         if dressed == text or path.name in WRAP_CHANGES:
             continue
         bare, got = diagnose(text).label, diagnose(dressed).label
         if got != bare:
-            changed.append(f"{path.name} ({WIDTHS[k % len(WIDTHS)]}): {bare} -> {got}")
+            changed.append(f"{path.name} ({_width_of(path.name)}): {bare} -> {got}")
     assert not changed, "\n".join(changed)
 
 
@@ -221,8 +219,7 @@ def test_the_wrap_changes_are_real_and_still_changed() -> None:
     for name, why in WRAP_CHANGES.items():
         assert why and name in names, name
         text = (CORPUS / "logs" / name).read_text(encoding="utf-8", errors="replace")
-        width = WIDTHS[names.index(name) % len(WIDTHS)]
-        assert diagnose(_wrapped(text, width)).label != diagnose(text).label, name
+        assert diagnose(_wrapped(text, _width_of(name))).label != diagnose(text).label, name
 
 
 #: One record of vLLM's text formatter: ``(EngineCore pid=9) ERROR 08-05 07:31:10 [core.py:12]

@@ -35,6 +35,7 @@ from kimi_ops.diagnose.model import (
     Rule,
 )
 from kimi_ops.diagnose.rules import (
+    _DEVICE_QUERY_FAILED_RULE,
     _FP8_ARCH_KV_RULE,
     _GPU_CAPABILITY_QUANT_RULE,
     _NO_KERNEL_IMAGE_QUANT_RULE,
@@ -102,6 +103,23 @@ _NCCL_OWN_ERROR_RE = re.compile(
     r"(?i:nccl error|nccl(?:System|UnhandledCuda|Internal|InvalidUsage|Remote|InvalidArgument)"
     r"|NCCL timeout|collective operation timeout|hccl|gloo|custom_all_reduce|NCCL INFO)"
 )
+
+
+#: How far (characters) a CUDA error line may follow the frame that raised it: the frame's
+#: line, its source line and carets.
+_RAISED_WITHIN = 600
+
+
+def _raised_by_device_query(st: _State, hit: _Hit) -> bool:
+    """Was this CUDA / HIP error raised by torch's first questions to the device (the frame
+    just before it is mem_get_info / set_device / CUDA init), and no kernel's fault (which a
+    later call may report asynchronously)?"""
+    since = hit.pos - st.last_device_query_frame_pos
+    return (
+        st.last_device_query_frame_pos >= 0
+        and 0 < since <= _RAISED_WITHIN
+        and not _KERNEL_FAULT_RE.search(hit.groups.get("cuda_error", ""))
+    )
 
 
 def _in_quant_code(st: _State) -> bool:
@@ -217,6 +235,10 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             continue
         if rule.weak and st.last_signal_pos <= hit.pos and hit.pos != st.last_engine_log_frame_pos:
             continue  # (unless the engine's own error logger printed it: it died of it)
+        if rule.weak and hit.pos < max(st.healthy_pos, st.last_generating_frame_pos):
+            # an informational line the engine came up after (served, or was generating in
+            # the LLM class's loop when the traceback came): it was not fatal
+            continue
         if rule.name in _BEFORE_UP_ONLY and 0 <= st.healthy_pos < hit.pos:
             continue
         active.append((rule, hit))
@@ -258,6 +280,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             rule = _FP8_ARCH_KV_RULE
         if rule.name == "no_kernel_image" and _in_quant_code(st):
             rule = _NO_KERNEL_IMAGE_QUANT_RULE
+        if rule.name == "cuda_runtime_error" and _raised_by_device_query(st, hit):
+            rule = _DEVICE_QUERY_FAILED_RULE
         if rule.name == "gpu_capability" and _raised_in_quant_code(st):
             rule = _GPU_CAPABILITY_QUANT_RULE
         if rule.name == "quant_dtype_mismatch" and facts.get("device") == "cpu":
@@ -382,8 +406,9 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
 #: Rules whose line says nothing of the server once it is up: a program missing from the PATH
 #: after the server came up is a side script's (a watcher, a health probe), not the server's;
 #: torch's allocator warning of an OOM is a failure only while starting (a server's caller may
-#: catch the OOM; torch's OutOfMemoryError is the cuda_oom rule's).
-_BEFORE_UP_ONLY = frozenset({"command_not_found", "allocator_oom"})
+#: catch the OOM; torch's OutOfMemoryError is the cuda_oom rule's); gpt-oss's tokenizer
+#: failing to fetch its vocab after the server is up fails a request, not the server.
+_BEFORE_UP_ONLY = frozenset({"command_not_found", "allocator_oom", "harmony_vocab_unavailable"})
 
 
 def _engine_logger_death_since(st: _State, pos: int) -> bool:

@@ -31,8 +31,9 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
     _marker("api_server_starting", ("vLLM API server version", "non-default args")),
     _marker(
         "initializing_engine",
-        ("LLM engine",),
-        r"Initializing an? (?:V\d )?LLM engine",
+        ("LLM engine", "Using max model len "),
+        # ... and the engine's config being resolved just before (V1's model config)
+        r"Initializing an? (?:V\d )?LLM engine|^Using max model len \d",
     ),
     _marker(
         "loading_model",
@@ -519,6 +520,12 @@ _SURVIVED_FIRST_FRAME_RE = re.compile(r", in _handle_client_request\b")
 #: (requests that were in flight, several API servers' interleaved output).
 _ENGINE_LOOP_FRAME_RE = re.compile(
     r", in (?:run_busy_loop|_process_engine_step|step_with_batch_queue|run_engine_loop)\b"
+)
+#: torch asking the device its first questions (free memory, set it, initialise CUDA): an
+#: error raised right there is the device's, not a kernel's.
+_DEVICE_QUERY_FRAME_RE = re.compile(
+    r"/torch/cuda/(?:memory|__init__)\.py\S*(?:, line \d+,)? in (?:mem_get_info|set_device|"
+    r"_lazy_init|current_device|get_device_properties|get_device_capability|device_count)\b"
 )
 #: A frame of the LLM class's generation loop (offline / in-process): an exception raised
 #: through it came while the engine was running requests (a Ctrl-C there is a stop).

@@ -64,3 +64,18 @@ _QUANT_DTYPE_CPU_RULE = replace(
     "checkpoint (or a quantization the CPU build lists) on CPU, or this one on a GPU.",
     summary="{quantization} quantization has no CPU path (dtype {dtype} refused)",
 )
+#: ``cuda_runtime_error`` raised by torch's first questions to the device (its free memory,
+#: setting it, initialising CUDA), not by a kernel: the device is not usable from this process
+#: (a container without the GPU's device files, a driver in a bad state), an environment
+#: problem, not a vLLM bug.
+_DEVICE_QUERY_FAILED_RULE = replace(
+    _RULE_BY_NAME["cuda_runtime_error"],
+    label="unknown",
+    hint="The GPU failed torch's first question to it (CUDA/HIP error: {cuda_error}, from "
+    "mem_get_info / set_device / CUDA init), before any kernel ran: the device is not usable "
+    "from this process. Check that the container gets the GPU's device files (NVIDIA: "
+    "--gpus / the device plugin; AMD: /dev/kfd and /dev/dri with the video / render groups), "
+    "that `nvidia-smi` / `rocm-smi` works on the host, and that the driver is healthy (a "
+    "reset or reboot clears a GPU in a bad state).",
+    summary="GPU not usable: CUDA/HIP error at the first device query ({cuda_error})",
+)

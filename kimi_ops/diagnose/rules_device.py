@@ -100,6 +100,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "does not support weight_bits",
             "Only types = []",
             "_check_scheme_supported",
+            "_scaled_mm is only supported",
         ),
         [
             r"(?i:quantization method|quantization scheme) ?(?P<quantization>[\w\-]*) is not "
@@ -111,6 +112,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             # a traceback through compressed-tensors' capability check (message cut off): it
             # raises only "Quantization scheme is not supported for the current GPU"
             r"\b_check_scheme_supported\b",
+            # torch's own FP8 GEMM refusing the GPU (FP8 weights run through it)
+            r"_scaled_mm is only supported on \w+ devices with compute "
+            r"capability >= ?(?P<min_capability>\d+(?:\.\d+)?)",
         ],
         "The checkpoint's quantization[[ ({quantization})]][[ ({fp8_type} kernels)]] has no "
         "kernel for this GPU[[: minimum compute capability {min_capability}]][[, this GPU has "

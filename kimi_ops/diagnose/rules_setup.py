@@ -480,6 +480,22 @@ _MODEL_RULES: tuple[Rule, ...] = (
         "directory or repo that has them.",
         "tokenizer files missing from the model",
     ),
+    _rule(
+        "harmony_vocab_unavailable",
+        "model_not_found",
+        84,
+        ("loading vocab file",),
+        # gpt-oss's tokenizer (openai_harmony) fetches its encoding's vocab file (o200k_base)
+        # from the network at first use; offline, or behind a TLS-intercepting proxy, it cannot
+        # ("HarmonyError: error downloading or loading vocab file: failed to download or load
+        # vocab file"); at startup the server dies of it (after, one request fails)
+        [r"error downloading or loading vocab file"],
+        "gpt-oss's tokenizer (openai_harmony) could not obtain its vocab file, which it "
+        "downloads from openaipublic.blob.core.windows.net at first use: the host has no "
+        "access (air-gapped, or a TLS-intercepting proxy). Put o200k_base.tiktoken in a "
+        "directory on the host and set TIKTOKEN_ENCODINGS_BASE to it in the profile's env.",
+        "gpt-oss tokenizer vocab file not obtainable (offline?)",
+    ),
 )
 #: The KV-cache dtype rules (rules_kv.py) keep their place in the table, after the arguments'.
 SETUP_RULES: tuple[Rule, ...] = _ARGUMENT_RULES + KV_DTYPE_RULES + _MODEL_RULES

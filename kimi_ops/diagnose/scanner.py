@@ -44,6 +44,7 @@ from kimi_ops.diagnose.markers import (
     _BARE_HTTP_START_RE,
     _CONFIG_FRAME_RE,
     _CONFIG_REFUSAL_RE,
+    _DEVICE_QUERY_FRAME_RE,
     _ENGINE_LOOP_FRAME_RE,
     _FREQ_HEALTHY,
     _GENERATING_FRAME_RE,
@@ -137,6 +138,7 @@ class _State:
         "last_survived_frame_pos",
         "last_engine_loop_frame_pos",
         "last_generating_frame_pos",
+        "last_device_query_frame_pos",
         "inproc_driver_pos",
         "api_server_pos",
         "engine_start_pos",
@@ -179,6 +181,7 @@ class _State:
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
         self.last_engine_loop_frame_pos = -1  # ... in the engine's busy loop (this run's)
         self.last_generating_frame_pos = -1  # a frame of the LLM class's generation loop
+        self.last_device_query_frame_pos = -1  # torch's first questions to the device
         self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
         self.api_server_pos = -1  # vLLM's API server spoke: a server, not an in-process engine
         self.engine_start_pos = -1  # the engine's own first line ("Initializing ... LLM engine")
@@ -427,6 +430,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_crash_pos = pos
         if "_run_engine" in ev[2] and _GENERATING_FRAME_RE.search(ev[2]):
             st.last_generating_frame_pos = pos
+        elif "/torch/cuda/" in ev[2] and _DEVICE_QUERY_FRAME_RE.search(ev[2]):
+            st.last_device_query_frame_pos = pos
         if ("/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2])) or (
             ("load_vllm" in ev[2] or "/aphrodite/" in ev[2]) and _VLLM_KIN_FRAME_RE.search(ev[2])
         ):
