@@ -90,7 +90,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zb": ("d22421f", "922bc66"),
     "blind-zc": ("9775873", "42d7ac4"),
     "blind-zd": ("eb8938e", "6f4fe8f"),
-    "blind-ze": ("a279bfb", None),
+    "blind-ze": ("a279bfb", "3d0dd7b"),
 }
 
 
