@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from kimi_ops.diagnose import diagnose
+from kimi_ops.diagnose.clean import newest_first
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
 
@@ -160,6 +161,37 @@ def test_line_numbers_keep_every_label() -> None:
         bare, got = diagnose(text).label, diagnose(dressed).label
         if got != bare:
             changed.append(f"{path.name} ({forms[k % len(forms)]}): {bare} -> {got}")
+    assert not changed, "\n".join(changed)
+
+
+#: Real excerpts pasted newest first already (RunPod's console shows a worker's log so).
+NEWEST_FIRST_ALREADY = {"healthy__x612_runpod_worker_vllm_engine_ready.log"}
+
+
+def test_a_real_newest_first_paste_is_told_and_put_back_in_order() -> None:
+    for name in NEWEST_FIRST_ALREADY:
+        text = (CORPUS / "logs" / name).read_text(encoding="utf-8")
+        assert newest_first(text), name
+        assert diagnose(text).label == name.split("__")[0], name
+
+
+def test_a_newest_first_paste_keeps_every_label() -> None:
+    """Each excerpt as Grafana or Kibana shows it by default: every line stamped with its
+    time, newest first. The times fall from line to line, so the lines are put back in order
+    (an excerpt of fewer than three lines cannot show that)."""
+    changed = []
+    for path in _excerpts():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = [ln for ln in text.split("\n") if ln.strip()]
+        if len(lines) < 3 or path.name in NEWEST_FIRST_ALREADY:
+            continue
+        stamped = [
+            f"2026-01-01 {i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}\t{ln}"
+            for i, ln in enumerate(lines)
+        ]
+        bare, got = diagnose(text).label, diagnose("\n".join(reversed(stamped))).label
+        if got != bare:
+            changed.append(f"{path.name}: {bare} -> {got}")
     assert not changed, "\n".join(changed)
 
 

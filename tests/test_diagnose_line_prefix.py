@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from kimi_ops.diagnose import LogDiagnoser, diagnose
-from kimi_ops.diagnose.clean import learn_line_numbers, learn_line_prefix, learn_wrap_width
+from kimi_ops.diagnose.clean import (
+    learn_line_numbers,
+    learn_line_prefix,
+    learn_wrap_width,
+    newest_first,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 SERVING = FIXTURES / "healthy__none__cpu032_serving.log"
@@ -207,3 +212,26 @@ def test_a_logs_own_lines_of_one_length_are_no_hard_wrap() -> None:
     text = "\n".join(line.format(i) for i in range(8))
     assert learn_wrap_width(text) is None
     assert diagnose(text).label == "healthy"
+
+
+#: real engine logs (vLLM's CPU build): up then a crash while serving, and a kill while up
+SERVED_THEN_CRASHED = (
+    FIXTURES / "engine_dead_other__engine_wrapper__cpu032_kill9_worker_while_serving.log"
+)
+
+
+@pytest.mark.parametrize("path", [SERVING, SERVED_THEN_CRASHED, CRASH], ids=lambda p: p.name)
+def test_a_newest_first_paste_is_put_back_in_order(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert not newest_first(text)  # a log as written is oldest first
+    reversed_paste = "\n".join(reversed(text.rstrip("\n").split("\n"))) + "\n"
+    assert newest_first(reversed_paste)  # vLLM's own record times fall
+    assert diagnose(reversed_paste).label == diagnose(text).label
+
+
+def test_a_few_records_out_of_order_are_no_newest_first_paste() -> None:
+    # processes interleaving their records: a time may go back now and then
+    times = ["10:00:01", "10:00:03", "10:00:02", "10:00:04", "10:00:05", "10:00:04", "10:00:06"]
+    text = "\n".join(f"INFO 05-12 {t} [core.py:1] step" for t in times)
+    assert not newest_first(text)
+    assert not newest_first("INFO 05-12 10:00:02 [a.py:1] x\nINFO 05-12 10:00:01 [a.py:1] y")

@@ -252,8 +252,9 @@ def learn_line_numbers(text: str) -> re.Pattern[str] | None:
 
     Learned from the first :data:`PREFIX_SAMPLE` non-empty lines: at least three quarters of
     them (and at least three) start with a number in one of :data:`_NUMBERED_FORMS` (after
-    the same file name, if any), and the numbers rise from line to line, so a time, a date's
-    year or srun's constant task number is never taken for one. ``None`` when there are none.
+    the same file name, if any), and the numbers rise from line to line (or all fall: a
+    newest-first paste put back in order), so a time, a date's year or srun's constant task
+    number is never taken for one. ``None`` when there are none.
     """
     lines = [ln for ln in text.split("\n", 4 * PREFIX_SAMPLE) if ln.strip()][:PREFIX_SAMPLE]
     need = max(3, -(-3 * len(lines) // 4))
@@ -262,7 +263,9 @@ def learn_line_numbers(text: str) -> re.Pattern[str] | None:
         if len(found) < need or len({m[1] for m in found}) != 1:
             continue
         numbers = [int(m[2]) for m in found]
-        if all(a < b for a, b in zip(numbers, numbers[1:], strict=False)):
+        pairs = list(zip(numbers, numbers[1:], strict=False))
+        # rising; or falling, where a newest-first paste was put back in order
+        if all(a < b for a, b in pairs) or all(a > b for a, b in pairs):
             file = found[0][1]
             if file:  # the file's name before a match's ":" or a context line's "-"
                 return re.compile(rf"^{re.escape(file)}[:\-]\d+[:\-]", re.M)
@@ -356,6 +359,48 @@ def held_wrapped_line(data: str, cut: int, width: int) -> int:
             break
         cut = start - 1
     return cut
+
+
+#: A record's time, as a log viewer prefixes it (ISO date and time) or as vLLM prints it
+#: (level, month-day, time): what tells a newest-first paste (Grafana, Kibana) from a log.
+_ISO_STAMP_RE = re.compile(r"^\W{0,4}(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d(?:[.,]\d+)?)")
+_VLLM_STAMP_RE = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d) (\d\d:\d\d:\d\d)")
+#: How many changes of time among a log's first lines (up to _ORDER_LINES) decide its order.
+_ORDER_CHANGES = 20
+_ORDER_LINES = 2000
+_MIN_DESCENDING = 2
+
+
+def newest_first(text: str) -> bool:
+    """Whether ``text`` is a log pasted newest line first (Grafana's and Kibana's default
+    order): from line to line of its first lines that carry a time (a viewer's ISO stamps
+    compared among themselves, and vLLM's own), the time falls at least
+    :data:`_MIN_DESCENDING` times and four times as often as it rises (each kind read until
+    :data:`_ORDER_CHANGES` changes). RunPod's console, for one, shows a worker's log so."""
+    head = text[: 512 * _ORDER_LINES].split("\n", _ORDER_LINES)[:_ORDER_LINES]
+    falls = rises = 0
+    for stamp in (_ISO_STAMP_RE, _VLLM_STAMP_RE):  # each kind of time against its own kind
+        last = None
+        for line in head:
+            m = stamp.search(uncolored(line)) if stamp is _VLLM_STAMP_RE else stamp.match(line)
+            if m is None:
+                continue
+            now = m[1] + " " + m[2].replace(",", ".")
+            if last is not None and now != last:
+                falls, rises = falls + (now < last), rises + (now > last)
+                if falls + rises >= _ORDER_CHANGES:
+                    break
+            last = now
+    return falls >= _MIN_DESCENDING and falls >= 4 * rises
+
+
+def oldest_first(text: str) -> str:
+    """``text`` in the order it was logged: a newest-first paste (:func:`newest_first`) with
+    its lines reversed, else ``text`` itself."""
+    if not newest_first(text):
+        return text
+    lines = text.rstrip("\n").split("\n")
+    return "\n".join(reversed(lines)) + "\n"
 
 
 #: Typographic quotes a web page or a word processor put in place of a log's own ' and ".

@@ -13,6 +13,7 @@ from kimi_ops.diagnose.clean import (
     learn_line_prefix,
     learn_wrap_width,
     line_lead,
+    oldest_first,
     strip_line_numbers,
 )
 from kimi_ops.diagnose.decide import _decide
@@ -133,9 +134,11 @@ def _nonempty_lines(block: str) -> int:
 
 
 def diagnose(text: str, context: dict[str, object] | None = None) -> Diagnosis:
-    """Diagnose a whole log at once (same result as feeding it in chunks)."""
+    """Diagnose a whole log at once (same result as feeding it in chunks, but for a paste
+    whose lines run newest first, as Grafana and Kibana show them: a whole text is put back
+    in the order it was logged; a stream is read in the order it comes)."""
     d = LogDiagnoser(context)
-    d.feed(text)
+    d.feed(oldest_first(text))
     return d.diagnosis()
 
 
