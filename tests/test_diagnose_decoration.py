@@ -78,9 +78,12 @@ DECORATIONS: dict[str, Callable[[str], str]] = {
     # labels no pattern knows, learned from the log's first lines (learn_line_prefix)
     "stern": lambda line: "vllm-7d9f8c6b5-x2k4p vllm " + line,  # stern's "pod container"
     "pdsh": lambda line: "gpu-node-01: " + line,  # pdsh / clush's host label
+    # a paste's indentation: a markdown code block's four spaces, a document's tab
+    "md_indent": lambda line: "    " + line,
+    "doc_tab": lambda line: "\t" + line,
 }
 #: Decorations told from a constant label on every line: a one-line excerpt cannot show one.
-LEARNED = {"stern", "pdsh"}
+LEARNED = {"stern", "pdsh", "md_indent", "doc_tab"}
 
 #: Pastes hard-wrapped at a terminal's width: a viewer would prefix the whole logical line
 #: once, not each wrapped piece, so prefixing every physical line is no real decoration.

@@ -12,6 +12,7 @@ import pytest
 
 from kimi_ops.diagnose import LogDiagnoser, diagnose
 from kimi_ops.diagnose.clean import (
+    learn_indent,
     learn_line_numbers,
     learn_line_prefix,
     learn_wrap_width,
@@ -235,3 +236,11 @@ def test_a_few_records_out_of_order_are_no_newest_first_paste() -> None:
     text = "\n".join(f"INFO 05-12 {t} [core.py:1] step" for t in times)
     assert not newest_first(text)
     assert not newest_first("INFO 05-12 10:00:02 [a.py:1] x\nINFO 05-12 10:00:01 [a.py:1] y")
+
+
+def test_a_pastes_indentation_is_learned_but_a_tracebacks_own_is_not() -> None:
+    frames = '  File "/x/vllm/engine.py", line 1, in run\n    run()\n  File "/y.py", line 2'
+    assert learn_indent(frames) is None  # a cut traceback's frames keep their indentation
+    assert learn_indent(each(frames, "    ")) == "    "  # ... in a markdown code block
+    assert learn_indent(each("\n".join(VLLM_LINES), "\t")) == "\t"
+    assert learn_indent("    only one line") is None

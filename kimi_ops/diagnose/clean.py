@@ -415,6 +415,18 @@ def straight_quotes(block: str) -> str:
     return block.translate(_CURLY_QUOTES)
 
 
+def learn_indent(text: str) -> str | None:
+    """The indentation a paste put before every line (a markdown code block's four spaces, a
+    document's tab), learned from the first :data:`PREFIX_SAMPLE` non-empty lines: all of
+    them (at least two) start with it. Four spaces only, so a cut traceback's own frames
+    ("  File ...") keep theirs. ``None`` when there is none."""
+    lines = [ln for ln in text.split("\n", 4 * PREFIX_SAMPLE) if ln.strip()][:PREFIX_SAMPLE]
+    for indent in ("\t", "    "):
+        if len(lines) >= 2 and all(ln.startswith(indent) for ln in lines):
+            return indent
+    return None
+
+
 def strip_line_prefix(block: str, prefix: str) -> str:
     """``block`` with ``prefix`` taken off every line that starts with it."""
     n = len(prefix)

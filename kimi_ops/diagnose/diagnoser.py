@@ -9,12 +9,14 @@ from kimi_ops.diagnose.clean import (
     clean_line,
     first_pieces,
     held_wrapped_line,
+    learn_indent,
     learn_line_numbers,
     learn_line_prefix,
     learn_wrap_width,
     line_lead,
     oldest_first,
     strip_line_numbers,
+    strip_line_prefix,
 )
 from kimi_ops.diagnose.decide import _decide
 from kimi_ops.diagnose.model import _MAX_PENDING, _SLICE, TAIL_LINES, Diagnosis
@@ -144,10 +146,10 @@ def diagnose(text: str, context: dict[str, object] | None = None) -> Diagnosis:
 
 def _learn_decorations(st: _State, head: str) -> None:
     """Learn what a tool did to every line from the log's first lines: line numbers (``grep
-    -n``, ``cat -n``), inside them a constant label (stern's, pdsh's), and a terminal's hard
-    wrap (whose pieces go on without the numbers or the label). Where wrapped pieces hid the
-    numbers or the label (too few lines began with them), they are learned again from the
-    first pieces of the lines cut."""
+    -n``, ``cat -n``), inside them a paste's indentation (a markdown code block's) and a
+    constant label (stern's, pdsh's), and a terminal's hard wrap (whose pieces go on without
+    the numbers or the label). Where wrapped pieces hid the numbers or the label (too few
+    lines began with them), they are learned again from the first pieces of the lines cut."""
     _learn_lead(st, head)
     st.wrap_width = learn_wrap_width(head, st.line_lead)
     if st.wrap_width is not None and (st.line_numbers is None or st.line_prefix is None):
@@ -157,5 +159,7 @@ def _learn_decorations(st: _State, head: str) -> None:
 def _learn_lead(st: _State, head: str) -> None:
     st.line_numbers = learn_line_numbers(head)
     bare = head if st.line_numbers is None else strip_line_numbers(head, st.line_numbers)
-    st.line_prefix = learn_line_prefix(bare)
+    indent = learn_indent(bare) or ""  # a markdown code block's, before any label
+    label = learn_line_prefix(strip_line_prefix(bare, indent) if indent else bare)
+    st.line_prefix = indent + (label or "") or None
     st.line_lead = line_lead(st.line_numbers, st.line_prefix)
