@@ -196,6 +196,12 @@ _NOT_A_PREFIX_RE = re.compile(
 )
 
 
+def _first_lines(text: str, n: int) -> list[str]:
+    """The first ``n`` non-empty lines of ``text`` (among its first ``4 * n``), the sample
+    each learned decoration is decided from."""
+    return [ln for ln in text.split("\n", 4 * n) if ln.strip()][:n]
+
+
 def learn_line_prefix(text: str) -> str | None:
     """The decoration every line of ``text`` starts with that no known one matches, if any.
 
@@ -207,7 +213,7 @@ def learn_line_prefix(text: str) -> str | None:
     decoration (timestamp, process prefix, level) begins. ``None`` when there is none.
     """
     # "\n" lines only: a progress bar's "\r" updates carry no label of their own
-    lines = [ln for ln in text.split("\n", 4 * PREFIX_SAMPLE) if ln.strip()][:PREFIX_SAMPLE]
+    lines = _first_lines(text, PREFIX_SAMPLE)
     if any(ln.startswith(DOCKER_JSON_START) for ln in lines):  # the lines the records hold
         lines = [_unwrapped(ln) for ln in lines]
     if len(lines) < 2:
@@ -239,6 +245,8 @@ def learn_line_prefix(text: str) -> str | None:
 #: ``13-`` a context line), ``cat -n`` / ``nl`` (right-aligned, then a tab), ``less -N``
 #: (right-aligned, then a space), and ``grep -n`` that names the file first (``-H``, several
 #: files: ``f:12:`` / ``f-13-``; the name holds a non-digit, so ``3:2026-...`` is line 3).
+#: Group 1 is the file (an empty ``()`` in the first three, which their strip pattern drops),
+#: group 2 the number.
 _NUMBERED_FORMS = (
     re.compile(r"()(\d+)[:\-]"),
     re.compile(r"()[ ]*(\d+)(?:\t|$)"),
@@ -256,7 +264,7 @@ def learn_line_numbers(text: str) -> re.Pattern[str] | None:
     newest-first paste put back in order), so a time, a date's year or srun's constant task
     number is never taken for one. ``None`` when there are none.
     """
-    lines = [ln for ln in text.split("\n", 4 * PREFIX_SAMPLE) if ln.strip()][:PREFIX_SAMPLE]
+    lines = _first_lines(text, PREFIX_SAMPLE)
     need = max(3, -(-3 * len(lines) // 4))
     for form in _NUMBERED_FORMS:
         found = [m for ln in lines if (m := form.match(ln)) is not None]
@@ -318,7 +326,7 @@ def learn_wrap_width(text: str, lead: re.Pattern[str] | None = None) -> int | No
     lines of that length (a log's own lines of one length, metrics or progress lines, are each
     followed by a record of their own). ``None`` when it was not wrapped.
     """
-    lines = [ln for ln in text.split("\n", 4 * WRAP_SAMPLE) if ln.strip()][:WRAP_SAMPLE]
+    lines = _first_lines(text, WRAP_SAMPLE)
     width = max((len(ln) for ln in lines), default=0)
     if width < _MIN_WRAP:
         return None
@@ -420,7 +428,7 @@ def learn_indent(text: str) -> str | None:
     document's tab), learned from the first :data:`PREFIX_SAMPLE` non-empty lines: all of
     them (at least two) start with it. Four spaces only, so a cut traceback's own frames
     ("  File ...") keep theirs. ``None`` when there is none."""
-    lines = [ln for ln in text.split("\n", 4 * PREFIX_SAMPLE) if ln.strip()][:PREFIX_SAMPLE]
+    lines = _first_lines(text, PREFIX_SAMPLE)
     for indent in ("\t", "    "):
         if len(lines) >= 2 and all(ln.startswith(indent) for ln in lines):
             return indent
