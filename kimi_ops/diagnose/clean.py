@@ -288,10 +288,11 @@ def strip_line_numbers(block: str, numbers: re.Pattern[str]) -> str:
 
 
 #: How a line that begins a record of its own starts (beyond a known decoration): a traceback's
-#: indentation or words, a bracket (not a Python list of strings), a process prefix, a syslog
-#: priority, a JSON record, an exception, a level, a date or time.
+#: indentation or words, a bracket (not a Python list of strings, nor an address cut from its
+#: line: "[<redacted>]:58159", "[::1]:8000"), a process prefix, a syslog priority, a JSON
+#: record, an exception, a level, a date or time.
 _RECORD_START_RE = re.compile(
-    r"\t|[ ]{2}|Traceback|File[ ]\"|\[(?!['\"])|\([^()]*pid=\d|<\d|\{\""
+    r"\t|[ ]{2}|Traceback|File[ ]\"|\[(?!['\"<:])|\([^()]*pid=\d|<\d|\{\""
     r"|[A-Z]\w*(?:Error|Exception|Warning|Exit)\b"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d[ ]\d\d:"
 )

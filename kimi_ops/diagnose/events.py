@@ -4,6 +4,7 @@ process or logger printed it). The scanner folds the events into its state in lo
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -42,6 +43,15 @@ from kimi_ops.diagnose.markers import (
 )
 from kimi_ops.diagnose.model import _HEALTHY_STAGE, _STAGE_INDEX, _WRAP_MIN
 from kimi_ops.diagnose.rules import RULES
+
+#: asyncio's report of a task or future whose exception nobody retrieved ("Future exception
+#: was never retrieved" / "Task exception was never retrieved", then this line, then the
+#: exception's traceback): the exception comes first, as its repr, so a traceback cut after
+#: it still has one (V0's engine loop: "future: <Future finished exception=RuntimeError('..')>")
+_UNRETRIEVED_EXC_RE = re.compile(
+    r"^\s*future: <(?:Future|Task) finished\b.*?\bexception=(?P<exc>(?:[A-Za-z_]\w*\.)*\w*"
+    r"(?:Error|Exception))\((?P<q>['\"])(?P<msg>.*)(?P=q)\)>?\s*$"
+)
 
 # Event kinds; on one line they apply in this order. An event is a tuple (pos, kind, ...):
 #   _EV_FACT         (groups)
@@ -117,6 +127,9 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         events.append((_EV_EXC, text, is_wrapper, False, False, False))
     elif ray_wrapper or _TRACEBACK in text:
         events.append((_EV_HEADER, text, False))
+    elif "exception=" in text and (um := _UNRETRIEVED_EXC_RE.match(text)) is not None:
+        exc_text = f"{um['exc']}: {um['msg']}"
+        events.append((_EV_EXC, exc_text, is_wrapper, False, False, False))
     exit_line = bool(present) and not _EXIT_KEYWORDS.isdisjoint(present) and _EXIT_RE.search(text)
     native = _NATIVE_FRAME_RE.match(text) is not None
     if exit_line or native:  # ... or a crash handler's native backtrace

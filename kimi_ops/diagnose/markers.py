@@ -106,6 +106,7 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             # (ray.llm), once every deployment of the app is healthy
             "vLLM Server Ready",
             "Deployed app '",
+            "' is ready at http",  # serve.run: "Application 'default' is ready at http://.."
             # Xinference, once the model it drives in process is loaded (on a failure it
             # says "Leave wait_for_load, error: ..." at ERROR)
             "Leave wait_for_load, elapsed time",
@@ -145,7 +146,9 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "EC Transfer metrics: ",
     "DiffusionDecoding metrics: ",
     " context requests, ",
-    # vLLM's serving benchmark (bench serve / benchmark_serving.py) result table
+    # vLLM's serving benchmark (bench serve / benchmark_serving.py) result table (its header:
+    # the run finished; its first request had to succeed to start the run)
+    "Serving Benchmark Result",
     "Mean TTFT (ms):",
     # ... and its speculative-decoding section, from the server's own metrics (0.1x .. 0.32)
     "Acceptance rate (%):",

@@ -250,7 +250,6 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "Failed to find a kernel",
             "quantization is currently not supported",
             "quantization is not supported",
-            "Unknown quantization method",
             "compatible scheme was found",
             "KeyError: <PlatformEnum.",
             "with arguments from the",
@@ -275,7 +274,6 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"(?:linear|MoE|moe)",
             r"(?P<quantization>[\w\-]+) quantization is (?:currently )?not supported "
             r"(?:in|on|for|by) (?P<platform>[\w\-]+)",
-            r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)",
             # a quantized-kernel table without an entry for this platform (XPU, HPU, ...):
             # "KeyError: <PlatformEnum.XPU: 4>" from choose_scaled_mm_linear_kernel
             r"^KeyError: <PlatformEnum\.(?P<platform>\w+): \d+>",

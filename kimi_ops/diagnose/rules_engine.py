@@ -128,6 +128,27 @@ ENGINE_RULES: tuple[Rule, ...] = (
         "{killed_proc} actor died while starting[[: {root_cause}]]",
     ),
     _rule(
+        "engine_actor_bug",
+        "engine_dead_other",
+        5,
+        ("RayTaskError(",),
+        # a method of vLLM's engine or worker as a Ray actor (V0 with Ray, --engine-use-ray;
+        # a fork's RayWorkerAphrodite) raised an exception of a programming error's type, which
+        # Ray re-raises in the driver: the engine's step fails and it dies. Its message may be
+        # cut: the type says it is none of the causes (a RuntimeError / ValueError / OSError
+        # may be one, and a cut one shows no cause)
+        [
+            r"RayTaskError\((?P<what>(?:Assertion|Key|Index|Attribute|Type|ZeroDivision|Name|"
+            r"UnboundLocal|Recursion)Error)\): ray::(?P<killed_proc>RayWorker\w*|_?AsyncLLMEngine|"
+            r"LLMEngine|EngineCore\w*)\.(?P<method>\w+)\(\)"
+        ],
+        "vLLM's {killed_proc} (a Ray actor) raised {what} in {method} and the engine died of it "
+        "(a bug, none of the known causes): read the remote traceback Ray prints after this "
+        "line (or the actor's log on its node), then search vLLM's issues for the {what} with "
+        "the model and version[[ ({vllm_version})]].",
+        "engine died: {what} in {killed_proc}.{method}",
+    ),
+    _rule(
         "engine_traceback",
         "engine_dead_other",
         4,

@@ -95,10 +95,15 @@ HOST_RULES: tuple[Rule, ...] = (
         "shared_library_missing",
         "unknown",
         3,
-        ("cannot open shared object file",),
+        ("cannot open shared object file", "cannot found", "cannot be found"),
         # the dynamic loader found no such library: the CUDA runtime / driver library (libcuda,
-        # libcudart, libcudnn), libnuma for the CPU build... absent or not on the search path
-        [_EXC + r"\b(?P<library>[\w.+\-]+\.so(?:\.[\d.]+)?): cannot open shared object file"],
+        # libcudart, libcudnn), libnuma for the CPU build... absent or not on the search path;
+        # or a library's own search for one failed (Triton's "AssertionError: libcuda.so cannot
+        # found! Possible files are located at [...]. Please create a symlink")
+        [
+            _EXC + r"\b(?P<library>[\w.+\-]+\.so(?:\.[\d.]+)?): cannot open shared object file",
+            _EXC + r"\b(?P<library>lib[\w+\-]+\.so(?:\.[\d.]+)?) cannot (?:be )?found\b",
+        ],
         "A shared library the server loads is not on the host[[ ({library})]]: the dynamic "
         "loader could not find it. Install the package that provides it (the CUDA runtime / "
         "driver libraries for libcuda / libcudart / libcudnn, libnuma1 for libnuma), or put "

@@ -179,6 +179,26 @@ _ARGUMENT_RULES: tuple[Rule, ...] = (
         "unknown engine option {bad_args}",
     ),
     _rule(
+        "quantization_method_unknown",
+        "bad_argument",
+        85,
+        ("Unknown quantization method",),
+        # the config check refusing a method name this vLLM does not know, with the list it
+        # takes ("Unknown quantization method: gptq. Must be one of ['awq', 'squeezellm']"):
+        # a setting refused by name, whether --quantization or the checkpoint's quant_method
+        # gave it (the labellers read it so 2 to 1: blind sets L, ZF vs X)
+        [
+            r"Unknown quantization method:? '?(?P<quantization>[\w\-]+)'?\.?"
+            r"(?: Must be one of (?P<supported>\[[^\]]*\]))?"
+        ],
+        "This vLLM does not know the quantization method {quantization}[[ (it takes "
+        "{supported})]]: use a vLLM version that supports {quantization} (the profile's "
+        "vllm_version / image), or a checkpoint quantized with a method it lists; if "
+        "--quantization in extra_args set it[[ (now: {extra_args})]], drop it or name a listed "
+        "method.",
+        "unknown quantization method {quantization}",
+    ),
+    _rule(
         "quantization_arg_mismatch",
         "bad_argument",
         96,

@@ -149,6 +149,7 @@ _FIND_WORDS: tuple[str, ...] = (
     "generation end",  # ... verl's trainer validated with it ("validation generation end")
     "sharding manager init done",  # ... verl's Megatron workers built it
     "Deployed app '",  # Ray Serve: the app's deployments are healthy
+    "' is ready at http",  # ... and serve.run's "Application 'default' is ready at http://.."
     "Graph capturing",  # V0 before 0.6.4's last init step (it printed no "init engine ... took")
     " panicked at ",  # a Rust thread's panic (a Rust front end, a tokenizer)
     "TCPStore",  # torch.distributed's store losing its master (a warning, no error word)
@@ -156,6 +157,8 @@ _FIND_WORDS: tuple[str, ...] = (
     "command not found",  # bash / zsh: no such program on the PATH
     ": not found",  # sh (dash): no such program
     "executable file not found",  # the container runtime: no such program in the image
+    "initializing for too long",  # Modal's runner giving up on a server still starting
+    "ping health check",  # ... and SageMaker's endpoint
 )
 #: Needles searched in the ASCII view of a block that holds other characters
 #: (``candidates._candidate_lines``' ``marked``, one "?" per other character): the shapes of
