@@ -91,7 +91,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zc": ("9775873", "42d7ac4"),
     "blind-zd": ("eb8938e", "6f4fe8f"),
     "blind-ze": ("a279bfb", "3d0dd7b"),
-    "blind-zf": ("a62d80d", None),
+    "blind-zf": ("a62d80d", "226672f"),
 }
 
 
