@@ -7,6 +7,16 @@ from enum import Enum
 from typing import Any
 
 
+def clip(text: str, limit: int = 300) -> str:
+    """``text`` cut to about ``limit`` characters for a one-line report, keeping its head and its
+    tail: a tool's message names what it did first and why it failed last ("mv: cannot move
+    '<long path>' to '<long path>': Operation not permitted"), so the middle goes."""
+    if len(text) <= limit:
+        return text
+    tail = limit * 2 // 3
+    return f"{text[: limit - tail - 5]} ... {text[-tail:]}"
+
+
 class Status(str, Enum):
     OK = "ok"  # checked, nothing needed doing
     CHANGED = "changed"  # the host was changed

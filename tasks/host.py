@@ -32,6 +32,7 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from kimi_ops.errors import KimiOpsError, RemoteKilled, StepFailed
 from kimi_ops.profile import Profile, host_keys
+from kimi_ops.result import clip
 from kimi_ops.shell import KILL_AFTER, one_line, quote, with_timeout
 
 # paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner") with their
@@ -335,7 +336,7 @@ class Host:
             raise StepFailed(
                 step,
                 f"command failed with exit status {out.exited}"
-                + (f": {said[-1].strip()[:300]}" if said else ""),
+                + (f": {clip(said[-1].strip())}" if said else ""),
                 command=command,
                 exited=out.exited,
                 stderr=out.stderr or out.stdout[-2000:],
@@ -476,7 +477,7 @@ class Host:
             raise StepFailed(
                 step,
                 f"upload of {names} did not verify (checksum mismatch or rename failed"
-                + (f": {said[-1].strip()[:300]}" if said else "")
+                + (f": {clip(said[-1].strip())}" if said else "")
                 + "); "
                 + (
                     f"ROLL-BACK FAILED: {', '.join(stuck)} may hold the new content"

@@ -14,7 +14,7 @@ from invoke.exceptions import Exit
 from kimi_ops.errors import RemoteKilled, StepFailed
 from kimi_ops.procs import Proc, format_row
 from kimi_ops.profile import load_profile
-from kimi_ops.result import Status
+from kimi_ops.result import Status, clip
 from tasks import steps
 from tasks.host import AcceptNewPolicy, Host
 from tasks.report import Reporter
@@ -363,3 +363,13 @@ def test_clean_shm_fails_when_unreadable_maps_leave_nothing_decidable() -> None:
     # deploy's clean-shm (refuse_fails=False) reports the same and goes on.
     res2 = steps.clean_shm(_host(conn), PROFILE, refuse_fails=False)
     assert res2.status is Status.OK and "kept 2" in res2.message
+
+
+def test_a_long_tool_message_keeps_its_reason_in_a_report() -> None:
+    # mv names both paths first and says why last: deep paths must not cut the why
+    deep = "/tmp/" + "d/" * 150
+    said = f"mv: cannot move '{deep}.x.tmp' to '{deep}x': Operation not permitted"
+    short = clip(said)
+    assert len(short) <= 300 and short.startswith("mv: cannot move '/tmp/")
+    assert short.endswith("Operation not permitted")
+    assert clip("mv: failed") == "mv: failed"
