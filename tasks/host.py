@@ -129,6 +129,13 @@ class WholeOutputLocal(_WholeOutput, invoke_runners.Local):
     pass
 
 
+def _last_words(stderr: str) -> str:
+    """``": <the output's last line>"`` for a one-line failure report (its head and tail kept
+    when long: the reason comes last), or ``""`` when the command said nothing."""
+    said = stderr.strip().splitlines()
+    return f": {clip(said[-1].strip())}" if said else ""
+
+
 def is_connection(c: Any) -> bool:
     """A fabric.Connection (remote host), as opposed to a local invoke.Context."""
     return hasattr(c, "client") and hasattr(c, "sftp")
@@ -332,11 +339,10 @@ class Host:
                 hint=KILLED_HINT,
             )
         if check and not out.ok:
-            said = (out.stderr or out.stdout).strip().splitlines()
             raise StepFailed(
                 step,
                 f"command failed with exit status {out.exited}"
-                + (f": {clip(said[-1].strip())}" if said else ""),
+                + _last_words(out.stderr or out.stdout),
                 command=command,
                 exited=out.exited,
                 stderr=out.stderr or out.stdout[-2000:],
@@ -473,11 +479,10 @@ class Host:
                 for ln in check.stdout.splitlines()
                 if ln.startswith("@@kimi-ops-not-rolled-back:")
             ]
-            said = check.stderr.strip().splitlines()
             raise StepFailed(
                 step,
                 f"upload of {names} did not verify (checksum mismatch or rename failed"
-                + (f": {clip(said[-1].strip())}" if said else "")
+                + _last_words(check.stderr)
                 + "); "
                 + (
                     f"ROLL-BACK FAILED: {', '.join(stuck)} may hold the new content"

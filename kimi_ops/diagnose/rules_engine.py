@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from kimi_ops.diagnose.model import Rule, _rule
 
+#: vLLM's own engine and workers as Ray actors (0.1 .. 0.x; a fork's RayWorkerAphrodite), as
+#: Ray names them after "ray::": another framework's actor is not vLLM's engine.
+_VLLM_RAY_ACTOR = r"(?P<killed_proc>(?:LLMEngine|_?AsyncLLMEngine|RayWorker\w*|EngineCore\w*)\b)"
+
 ENGINE_RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------- engine_dead_other
     _rule(
@@ -119,10 +123,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
         5,
         ("raised in its creation task",),
         # vLLM's own engine / workers as Ray actors (0.1 .. 0.x) dying while being created
-        [
-            r"actor died because of an error raised in its creation task, "
-            r"ray::(?P<killed_proc>(?:LLMEngine|_?AsyncLLMEngine|RayWorker\w*|EngineCore\w*)\b)"
-        ],
+        [r"actor died because of an error raised in its creation task, ray::" + _VLLM_RAY_ACTOR],
         "vLLM's {killed_proc} (a Ray actor) died while starting[[ - first error: {root_cause}]]:"
         " read the exception Ray prints after this line (or the actor's log on its node).",
         "{killed_proc} actor died while starting[[: {root_cause}]]",
@@ -139,8 +140,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
         # may be one, and a cut one shows no cause)
         [
             r"RayTaskError\((?P<what>(?:Assertion|Key|Index|Attribute|Type|ZeroDivision|Name|"
-            r"UnboundLocal|Recursion)Error)\): ray::(?P<killed_proc>RayWorker\w*|_?AsyncLLMEngine|"
-            r"LLMEngine|EngineCore\w*)\.(?P<method>\w+)\(\)"
+            r"UnboundLocal|Recursion)Error)\): ray::" + _VLLM_RAY_ACTOR + r"\.(?P<method>\w+)\(\)"
         ],
         "vLLM's {killed_proc} (a Ray actor) raised {what} in {method} and the engine died of it "
         "(a bug, none of the known causes): read the remote traceback Ray prints after this "
