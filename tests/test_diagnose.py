@@ -33,6 +33,7 @@ from kimi_ops.diagnose import (
     clean_line,
     diagnose,
 )
+from kimi_ops.diagnose.clean import oldest_first
 
 # ``kimi_ops`` re-exports a *function* called ``diagnose``; fetch the module itself.
 D = importlib.import_module("kimi_ops.diagnose")
@@ -731,7 +732,9 @@ _PIECES = [
     st.lists(st.integers(min_value=0, max_value=2000), max_size=8),
 )
 def test_streaming_property(pieces: list[str], cuts: list[int]) -> None:
-    text = "".join(pieces)
+    # diagnose(text) first puts a newest-first paste back in order (pieces whose vLLM times
+    # fall line after line, as drawn); a stream is read as it comes: fed in logged order
+    text = oldest_first("".join(pieces))
     points = sorted({c % (len(text) + 1) for c in cuts})
     chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     d = feed_all(chunks)
