@@ -106,6 +106,8 @@ HARD_WRAPPED = {
     "kv_cache_insufficient__zz605_max_seq_len_exceeds_kv_cache_note.log",
     # records a page joined into one line: a viewer prefixes each record, not the joined line
     "engine_dead_other__zc803_ascend_workerproc_execute_model_joined_lines.log",
+    # a wrapper's "[ERROR|file.py:N:pid] <ts> >> " lines, cut at the terminal's width
+    "unknown__zg411_singularity_vineppo_v0_load_model_cut.log",
 }
 
 

@@ -208,6 +208,17 @@ def _without_consequences(
     return active
 
 
+def _ends_traceback(st: _State, hit: _Hit) -> bool:
+    """Is the hit the exception that ends the log's last traceback, nothing after it?"""
+    frame, exc = st.last_frame, st.last_exc
+    return (
+        exc is not None
+        and exc.pos == hit.pos > st.last_progress_pos
+        and frame is not None
+        and frame.pos < hit.pos
+    )
+
+
 def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     """Turn the state into a diagnosis (see the module docstring for the order rules)."""
     ctx = _context_values(context)
@@ -233,7 +244,12 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         hit = st.hits.get(rule.name)
         if hit is None or (shutdown is not None and hit.pos >= shutdown):
             continue
-        if rule.weak and st.last_signal_pos <= hit.pos and hit.pos != st.last_engine_log_frame_pos:
+        if (
+            rule.weak
+            and st.last_signal_pos <= hit.pos
+            and hit.pos != st.last_engine_log_frame_pos
+            and not (rule.name == "import_failed" and _ends_traceback(st, hit))
+        ):  # (a traceback that ends in a failed import: the program stopped on it)
             continue  # (unless the engine's own error logger printed it: it died of it)
         if rule.weak and hit.pos < max(st.healthy_pos, st.last_generating_frame_pos):
             # an informational line the engine came up after (served, or was generating in

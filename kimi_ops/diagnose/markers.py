@@ -157,6 +157,9 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "Storing KV cache for ",
     "LMCache INFO: Stored ",
     "LMCache INFO: Retrieved ",
+    # a request being handled: a tool parser's lines, V0's scheduler refusing a long prompt
+    "_tool_parser.py:",
+    "tokens) is too long and exceeds",
 )
 #: Of those, a running server's own traffic lines (V1's API-server stats logger, uvicorn's
 #: access log): it goes on printing them while it stops, so one after a stop keeps the stop

@@ -6,6 +6,9 @@ from kimi_ops.diagnose.model import Rule, _rule
 
 #: vLLM's own engine and workers as Ray actors (0.1 .. 0.x; a fork's RayWorkerAphrodite), as
 #: Ray names them after "ray::": another framework's actor is not vLLM's engine.
+#: The API server's health route failing: it asks the engine, and answers 503 (V1:
+#: EngineDeadError) or 500 (V0: its check raised) only when the engine is dead.
+FAILED_HEALTH_CHECK = r'"GET /health HTTP/[\d.]+" 50[03]\b'
 _VLLM_RAY_ACTOR = r"(?P<killed_proc>(?:LLMEngine|_?AsyncLLMEngine|RayWorker\w*|EngineCore\w*)\b)"
 
 ENGINE_RULES: tuple[Rule, ...] = (
@@ -63,6 +66,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
             "Engine iteration timed out",
             "Task finished unexpectedly",
             "Weight cache daemon",
+            "GET /health HTTP/",
         ),
         [
             r"Engine core initialization failed",
@@ -88,6 +92,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
             r"No heartbeat received from MQLLMEngine",  # V0's API server: the engine is gone
             r"Engine background task failed",  # V0's AsyncLLMEngine loop
             r"AsyncLLMEngine has failed",
+            FAILED_HEALTH_CHECK,
             # the V1 engine core's socket threads: one dying stops the engine's requests
             r"^Exception in thread [^(]*\((?:process_input_sockets?|process_output_sockets?)\)",
             # V0's engine process (MQLLMEngine): a traceback through its entry point is the engine

@@ -167,22 +167,25 @@ PROCESS_RULES: tuple[Rule, ...] = (
         "platform_startup_timeout",
         "unknown",
         3,
-        ("initializing for too long", "ping health check"),
+        ("initializing for too long", "ping health check", "to start within", "ready within"),
         # the platform that runs the server gave up on it while it was still starting (its
         # startup / health-check deadline, not vLLM failing): Modal's runner ("Runner has been
         # initializing for too long: 300 seconds"), a SageMaker endpoint's container ("did not
-        # pass the ping health check"). The log ends mid-startup, but this is no server still
-        # starting: it was ended
+        # pass the ping health check"), a wrapper that starts vLLM (Lemonade's "vllm-server
+        # failed to start within timeout"). The log ends mid-startup, but this is no server
+        # still starting: it was ended
         [
             r"(?P<what>\w+ has been initializing for too long(?:: [\w .]+)?)",
             r"(?P<what>did not pass the ping health check)",
+            r"(?P<what>(?:failed to start|did not become ready) within (?:the )?[\w .]*?)\.?$",
         ],
         "The platform running the server gave up on it before it was ready ({what}): vLLM was "
         "still starting, not failing. Raise the platform's startup deadline (Modal: the "
         "function's timeout / startup timeout; SageMaker: "
-        "container_startup_health_check_timeout), or make startup shorter: weights on a local "
-        "disk or a cached volume, torch.compile's cache kept between runs, or --enforce-eager "
-        "in extra_args (no compilation nor CUDA-graph capture).",
+        "container_startup_health_check_timeout; a wrapper: its own startup timeout), or make "
+        "startup shorter: weights on a local disk or a cached volume, torch.compile's cache "
+        "kept between runs, or --enforce-eager in extra_args (no compilation nor CUDA-graph "
+        "capture).",
         "the platform ended the server while it was starting ({what})",
     ),
     _rule(

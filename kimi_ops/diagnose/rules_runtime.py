@@ -471,4 +471,24 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "lines before the trace.",
         "NCCL returned error code {nccl_code}",
     ),
+    _rule(
+        "kv_transfer_failed",
+        "unknown",
+        3,
+        ("transfer failed", "Failed to transfer KV", "transfer failure", "Unexpected UCX error"),
+        # disaggregated serving: a KV connector could not move a request's KV cache between the
+        # prefill and the decode instances (its own words: vLLM's Mooncake and NIXL connectors,
+        # NIXL's UCX backend). No label of its own: the servers run, their requests fail
+        [
+            r"(?P<what>(?:Mooncake|NIXL) transfer fail(?:ed|ure)\b.*)",
+            r"(?P<what>Failed to transfer KV cache for request\b.*)",
+            r"(?P<what>Unexpected UCX error: .+)",
+        ],
+        "The KV cache of a request could not be moved between the prefill and the decode "
+        "instances ({what}): the KV connector's transport failed. Check that the instances "
+        "reach each other on the connector's ports and network (RDMA / UCX / TCP, the addresses "
+        "in kv_transfer_config), that both run the same connector and vLLM version, and read "
+        "the other instance's log for its side.",
+        "KV cache transfer failed between instances ({what})",
+    ),
 )

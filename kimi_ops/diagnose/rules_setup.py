@@ -382,7 +382,10 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "Can't load tokenizer for",
             "Error no file named",
             "No tokenizer file found",
+            "Mistral tokenizer is present",
             "HfHubHTTPError",
+            "Unauthorized",
+            "Forbidden",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -406,6 +409,9 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"NotFound: no Models with name '(?P<model>[^']+)' found",  # BentoML's model store
             r"Cache directory not found: \S+ Please use `cache_dir`",  # huggingface_hub's cache
             r"(?:40[13]|429) Client Error.*huggingface",  # (429: the Hub's rate limit)
+            # ... in another client's words (a Rust front end's reqwest: "HTTP status client
+            # error (401 Unauthorized) for url (https://huggingface.co/..")
+            r"\b40[13] (?:Unauthorized|Forbidden)\b.*\bhttps://huggingface\.co/",
             # transformers: no tokenizer files / no weight file of any format at that path
             r"Can't load tokenizer for '(?P<model>[^']+)'",
             r"Error no file named [\w.]+(?:, [\w.]+)*,? or [\w.]+ found in directory "
@@ -413,6 +419,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"404 Client Error.*(?:Repository Not Found|/config\.json|/params\.json)",
             # mistral-common's tokenizer loader: no tokenizer file in the model directory
             r"No tokenizer file found in directory:? (?P<model>\S+?)\.?$",
+            r"Make sure that a Mistral tokenizer is present in\b",  # (--tokenizer-mode mistral)
             # huggingface_hub's own HTTP error while fetching the files (a 416 on a resumed
             # download, a 5xx of the Hub's CDN): the files could not be had
             r"^(?:[\w.]+\.)?HfHubHTTPError: \d{3} (?:Client|Server) Error\b",

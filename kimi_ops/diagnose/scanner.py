@@ -72,6 +72,7 @@ from kimi_ops.diagnose.model import (
     TAIL_LINES,
 )
 from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL
+from kimi_ops.diagnose.rules_engine import FAILED_HEALTH_CHECK
 
 # Why the scanner is shaped so. A log may be gigabytes (diagnosed on the host, 1 MiB at a
 # time) and almost all of it is serving noise (metrics, access log) that decides nothing.
@@ -475,6 +476,7 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 #: Rules whose line a process can survive: traffic after it is a recovery, not an API server
 #: still answering for a dead engine (torch's allocator warning of an OOM a caller caught, the
 #: Hub client retrying a request).
+_FAILED_HEALTH_RE = re.compile(FAILED_HEALTH_CHECK)
 _SURVIVABLE_RULES = frozenset({"allocator_oom", "hub_request_failed"})
 
 
@@ -500,6 +502,8 @@ def _process(st: _State, block: str) -> None:
         if p >= 0:
             ls = scan.rfind("\n", 0, p) + 1
             text = clean_line(scan[ls : scan.find("\n", p)])
+            if kw == 'HTTP/1.1" ' and _FAILED_HEALTH_RE.search(text):
+                continue  # the engine is dead: a rule's line (engine_wrapper), not traffic
             ready, bar = _STAGE_INDEX["ready"], _PROGRESS_RE.search(text)
             progress = f"{bar.group(1)}/{bar.group(2)}" if bar else None  # (an offline run's)
             events.append((base + ls, _EV_STAGE, ready, progress, text, False, True, False))

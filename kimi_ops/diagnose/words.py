@@ -159,6 +159,9 @@ _FIND_WORDS: tuple[str, ...] = (
     "executable file not found",  # the container runtime: no such program in the image
     "initializing for too long",  # Modal's runner giving up on a server still starting
     "ping health check",  # ... and SageMaker's endpoint
+    "to start within",  # ... and a wrapper's deadline ("vllm-server failed to start within")
+    "ready within",
+    'GET /health HTTP/1.1" 50',  # the health route failing: the engine is dead
 )
 #: Needles searched in the ASCII view of a block that holds other characters
 #: (``candidates._candidate_lines``' ``marked``, one "?" per other character): the shapes of
