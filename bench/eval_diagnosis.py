@@ -92,7 +92,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zd": ("eb8938e", "6f4fe8f"),
     "blind-ze": ("a279bfb", "3d0dd7b"),
     "blind-zf": ("a62d80d", "226672f"),
-    "blind-zg": ("18fc7fc", None),
+    "blind-zg": ("18fc7fc", "da716dd"),
 }
 
 
