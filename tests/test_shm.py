@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from kimi_ops.shm import (
+    INIT_PID,
     ShmFile,
     ShmUsage,
     human_bytes,
@@ -137,16 +138,29 @@ def test_the_usage_command_sees_real_mappings_and_open_files(tmp_path: Path) -> 
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        out = subprocess.run(
-            ["bash", "-c", usage_command(str(shm_dir))], capture_output=True, text=True, timeout=60
-        )
-        usage = parse_usage(out.stdout, str(shm_dir))
+        # other processes on this machine come and go: one whose maps could not be read while
+        # it was exiting (seen once in a CI run beside other work) rightly keeps every file it
+        # could have opened, so the gathering is repeated until no such process is seen
+        for _ in range(10):
+            out = subprocess.run(
+                ["bash", "-c", usage_command(str(shm_dir))],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            usage = parse_usage(out.stdout, str(shm_dir))
+            if not set(usage.unreadable) - {INIT_PID}:
+                break
+            time.sleep(0.5)
         assert usage.users[str(paths["psm_mapped"])] == {holder.pid}
         assert usage.users[str(paths["sem.mp-held"])] == {holder.pid}
         assert holder.pid not in usage.unreadable
         plan = plan_shm_cleanup(usage)
-        assert [f.path for f in plan.files] == [str(paths["psm_leaked"])]
         kept = {Path(f.path).name: why for f, why in plan.kept}
+        if set(usage.unreadable) - {INIT_PID}:  # still one: the file is kept, and says why
+            assert kept["psm_leaked"].startswith("possibly in use: the maps of PID")
+        else:
+            assert [f.path for f in plan.files] == [str(paths["psm_leaked"])]
         assert kept["psm_mapped"] == kept["sem.mp-held"] == f"in use by PID {holder.pid}"
         assert kept["psm_fresh"].startswith("too young")
     finally:
