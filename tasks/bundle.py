@@ -36,6 +36,7 @@ MODULES = (
     "candidates",
     "events",
     "scanner",
+    "inprocess",
     "decide",
     "diagnoser",
 )

@@ -41,6 +41,8 @@ _PREFIX_RE = re.compile(  # one or more decorations at the start of a line
       | E[ ]{3,7}                                             # pytest's failure lines
       | [ ]*\|[ ](?=[ ]*(?:File[ ]"|Traceback[ ]|[\w.]+(?:Error|Exception)\b))  # loguru, ExcGroup
       | \[[A-Za-z]+\][ ]                                     # "[Info] " level tags
+      | \[Stage-\d+\][ ]                                      # vLLM-Omni's stage tag
+      | \[[A-Z]+[ ]?\][ ]W-\d+-\S+[ ]MODEL_LOG[ ]-[ ]          # TorchServe's worker output
       | \[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\|[\w.\-]+:\d+(?::\d+)?\][ ]  # transformers'
         (?:\d{4}-\d\d-\d\d[ ][\d:,.]+[ ])?>>[ ]?            # ... "[INFO|f.py:12] <ts> >> "
       | [ ]*(?:TRACE|DEBUG|INFO|WARN|ERROR)[ ]+[a-z_]\w*(?:::\w+)+:[ ]  # Rust tracing's target

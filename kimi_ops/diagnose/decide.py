@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from kimi_ops.diagnose.clean import clean_line, uncolored
-from kimi_ops.diagnose.events import _ENGINE_INITIALIZED
 from kimi_ops.diagnose.hints import (
     _KV_FIX_CPU,
     _KV_FIX_NEW,
@@ -18,12 +16,10 @@ from kimi_ops.diagnose.hints import (
     _signal_hint,
     _version_at_least,
 )
+from kimi_ops.diagnose.inprocess import _caller_went_on
 from kimi_ops.diagnose.markers import (
     _ATTN_KERNEL_RE,
     _QUANT_KERNEL_RE,
-    _STOP_REQUEST_RE,
-    _TRACEBACK,
-    _VLLM_ORIGIN_RE,
     _is_child_death,
 )
 from kimi_ops.diagnose.model import (
@@ -363,9 +359,22 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         and _engine_logger_death_since(st, st.healthy_pos)
         and (shutdown is None or st.last_engine_log_frame_pos < shutdown)
     )
-    if crashed_before_up or died_after_up or engine_died_after_up:
+    # an in-process engine's program (no API server) that went on, then stopped on an
+    # uncaught exception: a traceback from its top frame ends the log
+    exc = st.last_exc
+    program_died = (
+        healthy
+        and shutdown is None
+        and st.api_server_pos < 0
+        and exc is not None
+        and st.healthy_pos < st.last_module_frame_pos < exc.pos
+        and exc.pos >= st.last_progress_pos
+    )
+    if crashed_before_up or died_after_up or engine_died_after_up or program_died:
         engine = engine_died_after_up or (
-            crashed_before_up and st.last_vllm_frame_pos > st.last_progress_pos
+            crashed_before_up
+            and st.last_vllm_frame_pos > st.last_progress_pos
+            and st.last_survived_frame_pos <= st.last_progress_pos  # (no utility call's)
         )
         return _generic_unknown(st, facts, ctx, stage, progress, root, engine=engine)
     values = {**ctx, **facts}
@@ -435,60 +444,6 @@ def _engine_logger_death_since(st: _State, pos: int) -> bool:
     if st.last_engine_loop_frame_pos > st.last_survived_frame_pos:
         return True
     return st.last_engine_log_frame_pos > pos and st.last_survived_frame_pos <= pos
-
-
-def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
-    """The line that shows an in-process engine's caller going on after the engine finished
-    initialising ("init engine ... took"), or None.
-
-    A log where vLLM's API server never spoke, whose engine is initialised with no failure, and
-    whose last lines after that hold output that is not vLLM's own (no vLLM logger format or
-    process prefix, no Python warning, no progress bar): the program that holds the engine (a
-    notebook, an RL trainer, a batch job) got it and went on, as a server's log never does
-    before its HTTP server starts. With ``until_stop`` the log's one failure line is the stop
-    request that ends it: the caller's output must come before that line, and no traceback
-    between."""
-    crashed = st.last_crash_pos >= 0 and not until_stop
-    if st.stage != _ENGINE_INITIALIZED or st.api_server_pos >= 0 or crashed:
-        return None
-    lines = list(st.tail)
-    text = st.stage_text or ""
-    start = max((i for i, ln in enumerate(lines) if text and text in ln), default=-1)
-    if start < 0:  # the init line is not among the last lines (or reads otherwise there)
-        return None
-    went_on = None
-    for line in lines[start + 1 :]:
-        bare = clean_line(line)  # (a container's prefix on an empty line is no output)
-        ln = bare.strip()
-        if until_stop and _TRACEBACK in ln:
-            return None
-        if until_stop and _STOP_REQUEST_RE.search(ln):
-            return went_on
-        if went_on is None and (
-            ln
-            and bare[:1] not in " \t"
-            and not _VLLM_ORIGIN_RE.search(uncolored(line))
-            and not _NOT_CALLER_RE.search(ln)
-        ):
-            if not until_stop:
-                return ln
-            went_on = ln
-    if not until_stop and st.engine_start_pos >= 0:
-        # the whole life of an engine that no API server ran, from its own first line to its
-        # last init line, and nothing failed: an in-process engine is up (it has no HTTP
-        # server to wait for)
-        return text
-    return None
-
-
-#: Lines after engine init that are no sign of the caller going on: Python's warnings
-#: (``x.py:1: UserWarning:``, ``warnings.warn(``) and logging's WARNING level (a library's,
-#: maybe vLLM's own), progress bars, tracebacks, shell prompts and comments; a program's own
-#: "Warning: ..." print is the caller's.
-_NOT_CALLER_RE = re.compile(
-    r"[a-z]Warning\b|warnings\.warn|\bWARN(?:ING)?\b|(?i:\[warn(?:ing)?\])|^\[W\d"
-    r"|it/s\]|s/it\]|%\||Traceback|^File |^\$ |^#|^<frozen |^\[\.\.\. cut"
-)
 
 
 def _generic_unknown(

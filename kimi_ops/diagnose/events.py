@@ -71,6 +71,11 @@ _ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
 _INITIALIZING_ENGINE = _STAGE_INDEX["initializing_engine"]
 
 
+#: V1's engine core heading the traceback of a utility call that failed (add_lora, sleep,
+#: collective_rpc...): it answers the caller with the error and goes on
+_UTILITY_FAILED_RE = re.compile(r"Invocation of \w+ method failed")
+
+
 def _analyze(text: str, pos: int, events: list[tuple[Any, ...]], *, joined: bool) -> None:
     """Append the events one cleaned line produces (at log position ``pos``)."""
     for tpl in _line_events(text, joined):
@@ -125,8 +130,8 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         _EXC_RE.match(text) or ("panicked at" in text and _PANIC_RE.match(text))
     ):
         events.append((_EV_EXC, text, is_wrapper, False, False, False))
-    elif ray_wrapper or _TRACEBACK in text:
-        events.append((_EV_HEADER, text, False))
+    elif ray_wrapper or _TRACEBACK in text or _UTILITY_FAILED_RE.match(text):
+        events.append((_EV_HEADER, text, False))  # (the engine's words heading a traceback)
     elif "exception=" in text and (um := _UNRETRIEVED_EXC_RE.match(text)) is not None:
         exc_text = f"{um['exc']}: {um['msg']}"
         events.append((_EV_EXC, exc_text, is_wrapper, False, False, False))

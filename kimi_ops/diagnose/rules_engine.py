@@ -9,6 +9,8 @@ from kimi_ops.diagnose.model import Rule, _rule
 #: The API server's health route failing: it asks the engine, and answers 503 (V1:
 #: EngineDeadError) or 500 (V0: its check raised) only when the engine is dead.
 FAILED_HEALTH_CHECK = r'"GET /health HTTP/[\d.]+" 50[03]\b'
+#: The sleep-mode route that wakes the engine failing: it stays asleep, and serves nothing.
+FAILED_WAKE_UP = r'"POST /wake_up(?:\?\S*)? HTTP/[\d.]+" 5\d\d\b'
 _VLLM_RAY_ACTOR = r"(?P<killed_proc>(?:LLMEngine|_?AsyncLLMEngine|RayWorker\w*|EngineCore\w*)\b)"
 
 ENGINE_RULES: tuple[Rule, ...] = (
@@ -181,5 +183,19 @@ ENGINE_RULES: tuple[Rule, ...] = (
         "server cannot answer any more. Read the traceback around it in the full log, then "
         "search vLLM's issues for the exception[[ (vLLM {vllm_version})]].",
         "engine loop died: {what}",
+    ),
+    _rule(
+        "wake_up_failed",
+        "unknown",
+        3,
+        ("POST /wake_up",),
+        # sleep mode (--enable-sleep-mode; RL frameworks put the engine to sleep between
+        # rollouts): the API server's /wake_up answered an error, the engine did not wake
+        [FAILED_WAKE_UP],
+        "The engine was put to sleep (sleep mode) and waking it failed (POST /wake_up answered "
+        "an error): it holds no weights or KV cache and serves nothing until a wake-up succeeds. "
+        "Read the traceback after the access line (often GPU memory taken by another process "
+        "while it slept), free that memory, then wake it again or redeploy.",
+        "waking the engine from sleep mode failed",
     ),
 )

@@ -199,6 +199,19 @@ _ARGUMENT_RULES: tuple[Rule, ...] = (
         "unknown quantization method {quantization}",
     ),
     _rule(
+        "value_not_among_choices",
+        "bad_argument",
+        20,
+        ("alid options are", "alid choices are"),
+        # a setting's value that this vLLM does not know, refused with the list it takes
+        # (pydantic's "Value error, Unknown attention backend: 'X'. Valid options are: ...")
+        [r"(?P<value>Unknown [\w \-]+?:? '?[\w\-.]+'?)\.? (?i:valid (?:options|choices)) are\b"],
+        "vLLM refused a value it does not know ({value}): the message lists the ones it "
+        "takes. Use one of them in the profile (extra_args[[, now: {extra_args}]], or the env "
+        "variable that sets it), or a vLLM version that has this one.",
+        "value not among the choices: {value}",
+    ),
+    _rule(
         "quantization_arg_mismatch",
         "bad_argument",
         96,
@@ -481,12 +494,20 @@ _MODEL_RULES: tuple[Rule, ...] = (
         "weights_file_corrupt",
         "model_not_found",
         84,
-        ("Error while deserializing header", "PytorchStreamReader failed"),
+        (
+            "Error while deserializing header",
+            "PytorchStreamReader failed",
+            "integrity check failed",
+            "Consistency check failed",
+        ),
         # a weight file that is not whole: a truncated safetensors shard (the real CPU
-        # engine's words, vLLM 0.32), a broken .bin (torch's zip reader)
+        # engine's words, vLLM 0.32), a broken .bin (torch's zip reader), a download whose
+        # check failed (ModelScope's hub: its sha256; huggingface_hub: its size)
         [
             r"Error while deserializing header: (?P<why>[\w ,]+)",
             r"PytorchStreamReader failed (?P<why>[\w ,]+)",
+            r"FileIntegrityError: File \S+ (?P<why>integrity check failed)",
+            r"(?P<why>Consistency check failed: file should be of size \d+ but has size \d+)",
         ],
         "A weight file of the model is not whole[[ ({why})]]: an interrupted download or copy. "
         "Compare the shard sizes with the source's and download the checkpoint again[[ into "

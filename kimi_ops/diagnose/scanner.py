@@ -33,6 +33,7 @@ from kimi_ops.diagnose.events import (
     _EV_SHUTDOWN,
     _EV_STAGE,
     _INITIALIZING_ENGINE,
+    _UTILITY_FAILED_RE,
     _analyze,
     _analyze_join,
     _mark_raw_facts,
@@ -72,7 +73,7 @@ from kimi_ops.diagnose.model import (
     TAIL_LINES,
 )
 from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL
-from kimi_ops.diagnose.rules_engine import FAILED_HEALTH_CHECK
+from kimi_ops.diagnose.rules_engine import FAILED_HEALTH_CHECK, FAILED_WAKE_UP
 
 # Why the scanner is shaped so. A log may be gigabytes (diagnosed on the host, 1 MiB at a
 # time) and almost all of it is serving noise (metrics, access log) that decides nothing.
@@ -137,6 +138,7 @@ class _State:
         "last_worker_crash_pos",
         "last_engine_log_frame_pos",
         "last_survived_frame_pos",
+        "last_module_frame_pos",
         "last_engine_loop_frame_pos",
         "last_generating_frame_pos",
         "last_device_query_frame_pos",
@@ -180,6 +182,7 @@ class _State:
         self.last_worker_crash_pos = -1  # an exception under a worker process's prefix
         self.last_engine_log_frame_pos = -1  # a traceback line the engine's error logger printed
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
+        self.last_module_frame_pos = -1  # a traceback's top frame: a program's (uncaught)
         self.last_engine_loop_frame_pos = -1  # ... in the engine's busy loop (this run's)
         self.last_generating_frame_pos = -1  # a frame of the LLM class's generation loop
         self.last_device_query_frame_pos = -1  # torch's first questions to the device
@@ -360,6 +363,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_crash_pos = st.last_signal_pos = pos
         if ev[3]:
             st.last_engine_log_frame_pos = pos
+            if _UTILITY_FAILED_RE.match(ev[2]):  # a utility call's: the engine goes on
+                st.last_survived_frame_pos = pos
     elif kind == _EV_EXIT:
         child = _is_child_death(ev[2])
         # a child's "Process X:" heads the traceback that follows: an exit line since the
@@ -429,6 +434,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
                 st.last_engine_loop_frame_pos = pos
         st.last_frame = _Line(pos, ev[2])
         st.last_crash_pos = pos
+        if ev[2].endswith(", in <module>"):
+            st.last_module_frame_pos = pos
         if "_run_engine" in ev[2] and _GENERATING_FRAME_RE.search(ev[2]):
             st.last_generating_frame_pos = pos
         elif "/torch/cuda/" in ev[2] and _DEVICE_QUERY_FRAME_RE.search(ev[2]):
@@ -476,7 +483,7 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 #: Rules whose line a process can survive: traffic after it is a recovery, not an API server
 #: still answering for a dead engine (torch's allocator warning of an OOM a caller caught, the
 #: Hub client retrying a request).
-_FAILED_HEALTH_RE = re.compile(FAILED_HEALTH_CHECK)
+_NOT_SERVING_RE = re.compile(f"{FAILED_HEALTH_CHECK}|{FAILED_WAKE_UP}")
 _SURVIVABLE_RULES = frozenset({"allocator_oom", "hub_request_failed"})
 
 
@@ -502,8 +509,8 @@ def _process(st: _State, block: str) -> None:
         if p >= 0:
             ls = scan.rfind("\n", 0, p) + 1
             text = clean_line(scan[ls : scan.find("\n", p)])
-            if kw == 'HTTP/1.1" ' and _FAILED_HEALTH_RE.search(text):
-                continue  # the engine is dead: a rule's line (engine_wrapper), not traffic
+            if kw == 'HTTP/1.1" ' and _NOT_SERVING_RE.search(text):
+                continue  # the engine is dead or asleep: a rule's line, not traffic
             ready, bar = _STAGE_INDEX["ready"], _PROGRESS_RE.search(text)
             progress = f"{bar.group(1)}/{bar.group(2)}" if bar else None  # (an offline run's)
             events.append((base + ls, _EV_STAGE, ready, progress, text, False, True, False))

@@ -162,6 +162,7 @@ _FIND_WORDS: tuple[str, ...] = (
     "to start within",  # ... and a wrapper's deadline ("vllm-server failed to start within")
     "ready within",
     'GET /health HTTP/1.1" 50',  # the health route failing: the engine is dead
+    "POST /wake_up",  # ... and sleep mode's wake-up (wake_up_failed reads its status)
 )
 #: Needles searched in the ASCII view of a block that holds other characters
 #: (``candidates._candidate_lines``' ``marked``, one "?" per other character): the shapes of
