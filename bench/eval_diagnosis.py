@@ -93,7 +93,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-ze": ("a279bfb", "3d0dd7b"),
     "blind-zf": ("a62d80d", "226672f"),
     "blind-zg": ("18fc7fc", "da716dd"),
-    "blind-zh": ("1b62712", None),
+    "blind-zh": ("1b62712", "beffd6c"),
 }
 
 
