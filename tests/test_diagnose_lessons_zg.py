@@ -165,3 +165,20 @@ def test_a_kv_connector_failing_to_move_a_request_is_a_failure_not_a_start() -> 
         s.feed("[2025-06-13 08:28:11,553] LMCache INFO: Storing KV cache for 5 out of 5 tokens\n")
         s.feed(line)
         assert s.diagnosis().label == "unknown"
+
+
+def test_frames_behind_a_prefix_of_unknown_shape_still_show_a_traceback() -> None:
+    # a console's own marks before each line (a serverless worker's web console, pasted):
+    # the frames are still a traceback, cut before its exception
+    lines = (
+        '  File "/src/engine.py", line 103, in _initialize_llm',
+        "    raise e",
+        '  File "/usr/local/lib/python3.10/dist-packages/vllm/engine/arg_utils.py", line 520, in '
+        "create_engine_config",
+        "    model_config = ModelConfig(",
+    )
+    log = "".join(f"[sh1003a97ylbp1] [info] 6{ln}\n" for ln in lines)
+    assert diagnose(log).label == "unknown"
+    # guard: a message that names a file and line in passing is no frame
+    note = '[sh1003a97ylbp1] [info] see File "/src/engine.py", line 103 for the defaults\n'
+    assert diagnose(note).label == "starting"

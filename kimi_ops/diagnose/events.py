@@ -76,6 +76,11 @@ _INITIALIZING_ENGINE = _STAGE_INDEX["initializing_engine"]
 _UTILITY_FAILED_RE = re.compile(r"Invocation of \w+ method failed")
 
 
+#: A Python frame behind marks of a shape no prefix rule knows (a web console's, pasted): the
+#: whole frame, to the end of the line, after a space
+_LATE_FRAME_RE = re.compile(r'\sFile "[^"]+", line \d+, in [\w<>.]+\s*$')
+
+
 def _analyze(text: str, pos: int, events: list[tuple[Any, ...]], *, joined: bool) -> None:
     """Append the events one cleaned line produces (at log position ``pos``)."""
     for tpl in _line_events(text, joined):
@@ -148,7 +153,8 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         m = _INPROC_READY_RE.search(text)
         if m is not None:  # who says so: the engine ("Supported tasks"), a driver, a builder
             events.append((_EV_INPROC_READY, text, m.lastgroup or "engine", False))
-    if native or _FRAME_RE.match(text):  # (a native frame: printed by the engine's logger?)
+    late = 'File "' in text and _LATE_FRAME_RE.search(text) is not None
+    if native or late or _FRAME_RE.match(text):  # (native: printed by the engine's logger?)
         events.append((_EV_FRAME, text, False))
     return tuple(events)
 
