@@ -6,6 +6,9 @@ from kimi_ops.diagnose.model import Rule, _rule
 
 _GIB = r"[KMGT]i?B"  # a size unit in a memory message
 
+#: The rest of a message, up to a context dump ("| Context: {...}"), at most ~100 characters
+_WHAT_TAIL = r"(?:[^|{]{0,99}[^|{\s])?"
+
 RUNTIME_RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------- kv_cache_insufficient
     _rule(
@@ -480,9 +483,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         # prefill and the decode instances (its own words: vLLM's Mooncake and NIXL connectors,
         # NIXL's UCX backend). No label of its own: the servers run, their requests fail
         [
-            r"(?P<what>(?:Mooncake|NIXL) transfer fail(?:ed|ure)\b.*)",
-            r"(?P<what>Failed to transfer KV cache for request\b.*)",
-            r"(?P<what>Unexpected UCX error: .+)",
+            r"(?P<what>(?:Mooncake|NIXL) transfer fail(?:ed|ure)\b" + _WHAT_TAIL + ")",
+            r"(?P<what>Failed to transfer KV cache for request\b" + _WHAT_TAIL + ")",
+            r"(?P<what>Unexpected UCX error:" + _WHAT_TAIL + ")",
         ],
         "The KV cache of a request could not be moved between the prefill and the decode "
         "instances ({what}): the KV connector's transport failed. Check that the instances "
