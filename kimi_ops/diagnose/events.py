@@ -153,8 +153,9 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         m = _INPROC_READY_RE.search(text)
         if m is not None:  # who says so: the engine ("Supported tasks"), a driver, a builder
             events.append((_EV_INPROC_READY, text, m.lastgroup or "engine", False))
-    late = 'File "' in text and _LATE_FRAME_RE.search(text) is not None
-    if native or late or _FRAME_RE.match(text):  # (native: printed by the engine's logger?)
+    if (  # (a native frame: printed by the engine's logger?)
+        native or _FRAME_RE.match(text) or ('File "' in text and _LATE_FRAME_RE.search(text))
+    ):
         events.append((_EV_FRAME, text, False))
     return tuple(events)
 

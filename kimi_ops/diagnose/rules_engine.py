@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from kimi_ops.diagnose.model import Rule, _rule
 
-#: vLLM's own engine and workers as Ray actors (0.1 .. 0.x; a fork's RayWorkerAphrodite), as
-#: Ray names them after "ray::": another framework's actor is not vLLM's engine.
 #: The API server's health route failing: it asks the engine, and answers 503 (V1:
 #: EngineDeadError) or 500 (V0: its check raised) only when the engine is dead.
 FAILED_HEALTH_CHECK = r'"GET /health HTTP/[\d.]+" 50[03]\b'
 #: The sleep-mode route that wakes the engine failing: it stays asleep, and serves nothing.
 FAILED_WAKE_UP = r'"POST /wake_up(?:\?\S*)? HTTP/[\d.]+" 5\d\d\b'
+#: vLLM's own engine and workers as Ray actors (0.1 .. 0.x; a fork's RayWorkerAphrodite), as
+#: Ray names them after "ray::": another framework's actor is not vLLM's engine.
 _VLLM_RAY_ACTOR = r"(?P<killed_proc>(?:LLMEngine|_?AsyncLLMEngine|RayWorker\w*|EngineCore\w*)\b)"
 
 ENGINE_RULES: tuple[Rule, ...] = (

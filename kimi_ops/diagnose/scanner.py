@@ -480,10 +480,12 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
         i = j + 1
 
 
+#: Access lines that are no traffic: the health check or the wake-up failing (the engine is
+#: dead or asleep; rules engine_wrapper and wake_up_failed read them).
+_NOT_SERVING_RE = re.compile(f"{FAILED_HEALTH_CHECK}|{FAILED_WAKE_UP}")
 #: Rules whose line a process can survive: traffic after it is a recovery, not an API server
 #: still answering for a dead engine (torch's allocator warning of an OOM a caller caught, the
 #: Hub client retrying a request).
-_NOT_SERVING_RE = re.compile(f"{FAILED_HEALTH_CHECK}|{FAILED_WAKE_UP}")
 _SURVIVABLE_RULES = frozenset({"allocator_oom", "hub_request_failed"})
 
 
@@ -510,7 +512,7 @@ def _process(st: _State, block: str) -> None:
             ls = scan.rfind("\n", 0, p) + 1
             text = clean_line(scan[ls : scan.find("\n", p)])
             if kw == 'HTTP/1.1" ' and _NOT_SERVING_RE.search(text):
-                continue  # the engine is dead or asleep: a rule's line, not traffic
+                continue
             ready, bar = _STAGE_INDEX["ready"], _PROGRESS_RE.search(text)
             progress = f"{bar.group(1)}/{bar.group(2)}" if bar else None  # (an offline run's)
             events.append((base + ls, _EV_STAGE, ready, progress, text, False, True, False))
