@@ -102,6 +102,10 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "Morto",  # the shell's word for SIGKILL in Portuguese (a line of its own)
     "Process ",  # multiprocessing: "Process Process-1:" (a child died of an exception)
     "with OOM on device",  # torch's caching allocator warning of an OOM (a [W...] line)
+    # a wrapper's deadline ("vllm-server failed to start within timeout"); a 503 of the health
+    # or wake-up route (a 500 holds "Error"): first characters already anchors, so no new pass
+    "within",
+    "Unavailable",
     "Leave wait_for_load",  # Xinference: the model it drives is loaded (or failed to)
     "Leave launch_builtin_model",
     "Memory access fault",  # the ROCm runtime's, before it aborts the process
@@ -159,10 +163,6 @@ _FIND_WORDS: tuple[str, ...] = (
     "executable file not found",  # the container runtime: no such program in the image
     "initializing for too long",  # Modal's runner giving up on a server still starting
     "ping health check",  # ... and SageMaker's endpoint
-    "to start within",  # ... and a wrapper's deadline ("vllm-server failed to start within")
-    "ready within",
-    'GET /health HTTP/1.1" 50',  # the health route failing: the engine is dead
-    "POST /wake_up",  # ... and sleep mode's wake-up (wake_up_failed reads its status)
 )
 #: Needles searched in the ASCII view of a block that holds other characters
 #: (``candidates._candidate_lines``' ``marked``, one "?" per other character): the shapes of
