@@ -3,6 +3,7 @@ kills its own remote shell (the seed's silent failure)."""
 
 from __future__ import annotations
 
+import pwd
 import time
 import uuid
 from pathlib import Path
@@ -71,6 +72,14 @@ def test_ssh_run_strict_host_key(sshd: SshdHost) -> None:
     r = ssh_run(sshd, "echo hello-$((6*7))")
     assert r.returncode == 0, r.stderr
     assert r.stdout == "hello-42\n"
+
+
+def test_sessions_get_the_sshd_s_own_home_unless_asked_not_to(sshd: SshdHost, make_sshd) -> None:
+    """The shell over SSH sees HOME=<tmpdir>/home (so this machine's ~/.bashrc is not run for
+    each command); own_home=False gives the user's own home from the password database."""
+    assert ssh_run(sshd, 'printf %s "$HOME"').stdout == str(sshd.tmpdir / "home")
+    other = make_sshd("127.0.0.1", own_home=False)
+    assert ssh_run(other, 'printf %s "$HOME"').stdout == pwd.getpwnam(other.user).pw_dir
 
 
 def test_fabric_connection_run_and_put(sshd: SshdHost, tmp_path: Path) -> None:
