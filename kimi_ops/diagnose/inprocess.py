@@ -7,7 +7,12 @@ import re
 
 from kimi_ops.diagnose.clean import clean_line, uncolored
 from kimi_ops.diagnose.events import _ENGINE_INITIALIZED
-from kimi_ops.diagnose.markers import _STOP_REQUEST_RE, _TRACEBACK, _VLLM_ORIGIN_RE
+from kimi_ops.diagnose.markers import (
+    _LLM_CLASS_LOGGER_RE,
+    _STOP_REQUEST_RE,
+    _TRACEBACK,
+    _VLLM_ORIGIN_RE,
+)
 from kimi_ops.diagnose.model import _STAGE_INDEX
 from kimi_ops.diagnose.scanner import _State
 
@@ -17,12 +22,12 @@ def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
     initialising ("init engine ... took", or its last CUDA-graph capture done), or None.
 
     A log where vLLM's API server never spoke, whose engine is initialised with no failure, and
-    whose last lines after that hold output that is not vLLM's own (no vLLM logger format or
-    process prefix, no Python warning, no progress bar): the program that holds the engine (a
-    notebook, an RL trainer, a batch job) got it and went on, as a server's log never does
-    before its HTTP server starts. With ``until_stop`` the log's one failure line is the stop
-    request that ends it: the caller's output must come before that line, and no traceback
-    between."""
+    whose last lines after that hold output that is not the engine's own (no vLLM logger format
+    or process prefix but the LLM class's, no Python warning, no progress bar): the program
+    that holds the engine (a notebook, an RL trainer, a batch job) got it and went on, as a
+    server's log never does before its HTTP server starts. With ``until_stop`` the log's one
+    failure line is the stop request that ends it: the caller's output must come before that
+    line, and no traceback between."""
     crashed = st.last_crash_pos >= 0 and not until_stop
     a, _, b = (st.progress or "").partition("/")
     captured = st.stage == _STAGE_INDEX["cuda_graphs"] and a == b != ""  # (last init step, done)
@@ -44,7 +49,7 @@ def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
         if went_on is None and (
             ln
             and bare[:1] not in " \t"
-            and not _VLLM_ORIGIN_RE.search(uncolored(line))
+            and not _engines_own(uncolored(line))
             and not _NOT_CALLER_RE.search(ln)
         ):
             if not until_stop:
@@ -56,6 +61,13 @@ def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:
         # server to wait for)
         return text
     return None
+
+
+def _engines_own(line: str) -> bool:
+    """A line vLLM printed (its logger's format, its processes' prefixes), but for the LLM
+    class's own logger: that one runs in the caller's process, and once the engine is built its
+    constructor goes on ("Supported tasks: ..", whatever a paste cut it to)."""
+    return bool(_VLLM_ORIGIN_RE.search(line)) and not _LLM_CLASS_LOGGER_RE.search(line)
 
 
 #: Lines after engine init that are no sign of the caller going on: Python's warnings

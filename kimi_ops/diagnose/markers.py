@@ -160,6 +160,9 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     # a request being handled: a tool parser's lines, V0's scheduler refusing a long prompt
     "_tool_parser.py:",
     "tokens) is too long and exceeds",
+    # vLLM-Omni (multi-stage, diffusion models): a request generated, its metrics record
+    "Generation completed successfully",
+    "'request_level_metrics'",
 )
 #: Of those, a running server's own traffic lines (V1's API-server stats logger, uvicorn's
 #: access log): it goes on printing them while it stops, so one after a stop keeps the stop
@@ -368,8 +371,7 @@ _SHUTDOWN_KEYWORDS: frozenset[str] = frozenset(
         "Shutting down FastAPI",  # the HTTP launcher's stop on SIGINT / SIGTERM (0.4 .. 0.1x)
     }
 )
-#: Stop words that count only on a stop-request line (``_STOP_REQUEST_RE``): Slurm, systemd, bash,
-#: zsh.
+#: Words that count only on a stop-request line (``_STOP_REQUEST_RE``): Slurm's, systemd's, shells'.
 _STOP_ONLY_KEYWORDS = frozenset(
     {"CANCELLED AT", ".service", "  Terminated ", "terminated  ", "exit code: -15"}
     | {"SIGTERM received"}
@@ -433,8 +435,7 @@ _INPROC_KEYWORDS = frozenset(
         "validation generation end",
     }
 )
-#: The LLM class's logger (vllm/entrypoints/llm.py): it says "Supported_tasks" once it built
-#: its engine.
+#: The LLM class's logger (vllm/entrypoints/llm.py), in the caller's process ("Supported_tasks").
 _LLM_CLASS_LOGGER_RE = re.compile(
     r"\b(?:INFO|DEBUG) (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
     r"\[(?:entrypoints/)?llm\.py(?::\d+)?\]"

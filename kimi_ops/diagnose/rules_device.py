@@ -35,6 +35,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "invalid kernel file",
             "InvalidKernelFile",
             "expects arch to be one of",
+            "of bin package does not match",
         ),
         [
             r"no kernel image is available\b",  # ("... for execution on the device")
@@ -60,6 +61,9 @@ DEVICE_RULES: tuple[Rule, ...] = (
             r"expects arch to be one of \[[^\]]*\], but got Arch\.(?P<sm_target>sm_\d+\w*)",
             r"device kernel image is invalid|CUDA_ERROR_INVALID_IMAGE|cudaErrorInvalidKernelImage",
             r"socVersion \[(?P<gpu>\w+)\] does not support opType \[\w+\]",
+            # ... or a custom-op package built for another SoC (vllm-ascend's ops on a 310P)
+            r"socversion \w+ of bin package does not match the current device socver\w* "
+            r"(?P<gpu>\w+)",
         ],
         "The PyTorch/vLLM build has no GPU kernels for this GPU[[ {gpu}]][[ (sm_{sm})]]: "
         "install a build compiled for its compute capability (Blackwell sm_120 needs CUDA "

@@ -45,7 +45,13 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "kv_cache_too_small",
         "kv_cache_insufficient",
         70,
-        ("KV cache is needed", "stored in KV cache", "total_hbm_limit_cap_gb", "cache blocks ("),
+        (
+            "KV cache is needed",
+            "stored in KV cache",
+            "total_hbm_limit_cap_gb",
+            "cache blocks (",
+            "than the maximum number of",
+        ),
         [
             r"\(?(?P<needed_gib>[\d.]+) GiB KV cache is needed, which is larger than the "
             r"available KV cache memory \((?P<available_gib>[\d.]+) GiB\)",
@@ -53,6 +59,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens "
             r"that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
             r"is larger than the maximum number of tokens that can be stored in KV cache",
+            # ... its line cut where a console wrapped it (a vLLM-derived server's ERROR line)
+            r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of\s*$",
             r"total_hbm_used_gb=.*exceeds total_hbm_limit_cap_gb",  # tpu-inference: over the HBM
             # hybrid (Mamba) models: one cache block per sequence
             r"max_num_seqs \((?P<max_num_seqs>\d+)\) exceeds available \w+ cache blocks",

@@ -399,6 +399,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "HfHubHTTPError",
             "Unauthorized",
             "Forbidden",
+            ".incomplete'",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -463,6 +464,8 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"CAS service error\b.*\bhf\.co\b",
             r"Could not detect config format",
             r"(?:No such file or directory|FileNotFoundError).*'(?P<model>[^']*?)/config\.json'",
+            # a blob of the Hub's cache still being downloaded (or given up on) is gone
+            r"No such file or directory: '[^']*/blobs/\w+\.incomplete'",
         ],
         "vLLM could not find or load the model[[ '{model}']]. Check the `model` path in the "
         "profile: a directory on the GPU host containing config.json and the weights, or a "
