@@ -94,7 +94,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zf": ("a62d80d", "226672f"),
     "blind-zg": ("18fc7fc", "da716dd"),
     "blind-zh": ("1b62712", "beffd6c"),
-    "blind-zi": ("c4afe52", None),
+    "blind-zi": ("c4afe52", "9d9d5a9"),
 }
 
 
