@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .defaults import BACKUP_SUFFIX
 from .errors import ConfigPatchError
+from .shell import quote
 
 #: file name -> path of keys to remove (nested objects).
 KV_KEYS: dict[str, tuple[str, ...]] = {
@@ -47,6 +49,37 @@ class FilePatch:
 
 def backup_name(name: str) -> str:
     return name + BACKUP_SUFFIX
+
+
+def backup_command(directory: str, names: Sequence[str], token: str) -> str:
+    """The shell command that keeps each file's original as its backup, never over one that
+    exists: hosts that share the model directory (NFS) may patch it at the same moment.
+
+    Each file is copied to a name of this run's own (``token``), then linked to the backup's
+    name, which fails if another run made it first (else, on a file system without hard links,
+    moved there without overwriting); the copy is then removed. A run that lost the race may
+    have copied an already patched file: its copy is discarded. The command fails unless every
+    backup exists at its end (``cp`` says why)."""
+    parts = []
+    for name in names:
+        path, backup = f"{directory}/{name}", f"{directory}/{backup_name(name)}"
+        tmp = f"{backup}.{token}.tmp"
+        f, b, t = quote(path), quote(backup), quote(tmp)
+        parts.append(
+            f"{{ test -e {b} || {{ cp -p -- {f} {t} && {{ ln -- {t} {b} 2>/dev/null || "
+            f"mv -n -- {t} {b} 2>/dev/null; }}; rm -f -- {t}; test -e {b}; }}; }}"
+        )
+    return " && ".join(parts)
+
+
+def restore_command(directory: str, names: Sequence[str]) -> str:
+    """The shell command that moves each backup back over its file (atomic rename, backup
+    gone); a backup another run restored first is no failure."""
+    return " && ".join(
+        f"{{ mv -f -- {quote(f'{directory}/{backup_name(n)}')} {quote(f'{directory}/{n}')} || "
+        f"[ ! -e {quote(f'{directory}/{backup_name(n)}')} ]; }}"
+        for n in names
+    )
 
 
 def unified_diff(old: str, new: str, path: str) -> str:

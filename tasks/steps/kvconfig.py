@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
+
 from kimi_ops import kvpatch
 from kimi_ops.errors import StepFailed
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, ok, skipped
-from kimi_ops.shell import quote as q
 
 from ..host import FileInfo, Host
 
@@ -24,8 +25,9 @@ def patch_kv_config(
 ) -> StepResult:
     """Remove (or, with ``restore``, bring back) the checkpoint's FP8 KV-cache settings.
 
-    Three round trips: read the files, write any missing backups (``cp -p``, never over an
-    existing backup), upload the patched texts and swap them in together.
+    Three round trips: read the files, write any missing backups (never over an existing
+    backup, safe against another host patching the same shared directory at once), upload the
+    patched texts and swap them in together.
     """
     files = _model_files(h, p, step)
     if restore:
@@ -45,13 +47,8 @@ def patch_kv_config(
     removed = ", ".join(k for fp in todo for k in fp.removed)
     if h.dry:
         return skipped(step, f"dry run: would remove {removed}", diff=diff)
-    backups = " && ".join(
-        f"{{ test -e {q(f'{p.model}/{kvpatch.backup_name(fp.name)}')} || cp -p -- "
-        f"{q(f'{p.model}/{fp.name}')} {q(f'{p.model}/{kvpatch.backup_name(fp.name)}')}; }}"
-        for fp in todo
-    )
     h.run(
-        backups,
+        kvpatch.backup_command(p.model, [fp.name for fp in todo], secrets.token_hex(4)),
         step=step,
         hint="cannot write a backup in the model directory: is it writable (and not full)?",
     )
@@ -92,11 +89,5 @@ def _restore(h: Host, p: Profile, files: dict[str, FileInfo], step: str) -> Step
         return ok(step, "no backups to restore: the checkpoint was not patched by kimi-ops")
     if h.dry:
         return skipped(step, "dry run: would restore " + ", ".join(restored), diff="".join(diffs))
-    h.run(
-        " && ".join(
-            f"mv -f -- {q(f'{p.model}/{kvpatch.backup_name(n)}')} {q(f'{p.model}/{n}')}"
-            for n in restored
-        ),
-        step=step,
-    )
+    h.run(kvpatch.restore_command(p.model, restored), step=step)
     return changed(step, "restored the originals of " + ", ".join(restored), diff="".join(diffs))
