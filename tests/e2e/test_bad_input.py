@@ -327,10 +327,11 @@ def test_patch_kv_config_failed_upload_of_the_second_file_replaces_nothing() -> 
     reason = info.value.reason
     assert "hf_quant_config.json" in reason and "No space left on device" in reason, reason
     assert "Changed: nothing" in reason, reason
-    assert not any(re.search(r"\bmv\b", c) for c in conn.commands), conn.commands
+    assert not any(re.search(r"\bmv -f\b", c) for c in conn.commands), conn.commands
     (cleanup,) = conn.ran(r"^rm -f -- ")
     assert cleanup.count(".tmp") == 2  # both staged files removed, neither swapped in
-    assert conn.ran(r"cp -p -- /m/config.json /m/config.json.kimi-ops.orig")
+    # the backup was made first (a copy of this run's own, linked to the backup's name)
+    assert conn.ran(r"cp -p -- /m/config.json /m/config\.json\.kimi-ops\.orig\.\w+\.tmp && ")
 
 
 @pytest.mark.parametrize("how", ["KIMI_OPS_DEBUG=1", "fab -d"])
