@@ -31,6 +31,7 @@ from invoke import runners as invoke_runners
 from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from kimi_ops.errors import KimiOpsError, RemoteKilled, StepFailed
+from kimi_ops.facts import unfinished_part
 from kimi_ops.profile import Profile, host_keys
 from kimi_ops.result import clip
 from kimi_ops.shell import KILL_AFTER, one_line, quote, with_timeout
@@ -289,10 +290,12 @@ class Host:
         limit = float(timeout if timeout is not None else self.profile.command_timeout)
         started = time.monotonic()
 
-        def timed_out(how: str) -> StepFailed:
+        def timed_out(how: str, output: str = "") -> StepFailed:
+            part = unfinished_part(output)  # (a marked command: the part that blocked)
             return StepFailed(
                 step,
-                f"the command did not finish within {limit:g} s ({how})",
+                f"the command did not finish within {limit:g} s ({how})"
+                + (f"; it was in its part '{part}'" if part else ""),
                 command=command,
                 hint=hint
                 or "something on the host blocks (a FIFO or a hung network mount in a path the "
@@ -321,7 +324,7 @@ class Host:
         if guarded:
             self.guard.check(out, step)
         if out.exited in (124, 137) and time.monotonic() - started >= limit * 0.95:
-            raise timed_out("ended on the host by coreutils timeout")
+            raise timed_out("ended on the host by coreutils timeout", out.stdout)
         if TRACE:
             took = time.monotonic() - started
             print(

@@ -562,3 +562,14 @@ def test_pure_core_imports_no_io_modules(module: str) -> None:
             imported.add(node.module.split(".")[0])
     forbidden = {"fabric", "invoke", "paramiko", "subprocess", "socket", "os"}
     assert imported & forbidden == set()
+
+
+def test_unfinished_part_names_the_part_a_timed_out_command_was_in() -> None:
+    done = "@@kimi-ops:home\n/root\n@@kimi-ops:home:rc=0\n"
+    assert facts.unfinished_part(done + "@@kimi-ops:df_run_dir\n") == "df_run_dir"
+    assert facts.unfinished_part(done + "@@kimi-ops:gpus\nGPU 0, partial") == "gpus"
+    assert facts.unfinished_part(done + "@@kimi-ops:ps\r\nself_pid=1\r\n") == "ps"
+    # every part begun also ended (it blocked between parts), nothing begun, no markers
+    assert facts.unfinished_part(done) is None
+    assert facts.unfinished_part("") is None
+    assert facts.unfinished_part("some output\n@@kimi-ops-1234:nodir\n") is None

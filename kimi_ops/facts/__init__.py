@@ -42,6 +42,7 @@ from .host import (
     parse_gathered,
     render_sections,
     split_sections,
+    unfinished_part,
 )
 from .model import (
     CONFIG_BACKUP,
@@ -100,4 +101,5 @@ __all__ = [
     "sh_quote",
     "shards_from_index",
     "split_sections",
+    "unfinished_part",
 ]

@@ -49,6 +49,19 @@ _SECTION_RE = re.compile(
 )
 
 
+_START_RE = re.compile(r"^" + re.escape(MARKER) + r"(?P<name>[a-z_]+)(?P<end>:rc=\d+)?$", re.M)
+
+
+def unfinished_part(text: str) -> str | None:
+    """The part a marked command (:func:`gather_command`, the process listing after it) was in
+    when it was ended: the last part it began and did not end, or None (no part begun, or the
+    last one ended). What a timed-out preflight names as what blocked."""
+    last: str | None = None
+    for m in _START_RE.finditer(text.replace("\r\n", "\n")):
+        last = None if m.group("end") else m.group("name")
+    return last
+
+
 def split_sections(text: str) -> dict[str, Section]:
     """The marked sections of :func:`gather_command` output (text outside them is ignored)."""
     sections: dict[str, Section] = {}

@@ -242,6 +242,7 @@ def test_a_blocking_read_on_the_host_times_out_naming_the_command(dep: Deploymen
     assert "Traceback" not in run.output, run.describe()
     cause = cause_line(run.output)
     assert "did not finish within 3 s" in cause and "ended on the host" in cause, cause
+    assert "it was in its part 'config_json'" in cause, cause  # the part that blocked
     assert "command: " in run.output and str(fifo) in run.output, run.describe()
     assert run.seconds < 3 + 12, run.describe()
     deadline = time.monotonic() + 10
