@@ -75,11 +75,11 @@ def backup_command(directory: str, names: Sequence[str], token: str) -> str:
 def restore_command(directory: str, names: Sequence[str]) -> str:
     """The shell command that moves each backup back over its file (atomic rename, backup
     gone); a backup another run restored first is no failure."""
-    return " && ".join(
-        f"{{ mv -f -- {quote(f'{directory}/{backup_name(n)}')} {quote(f'{directory}/{n}')} || "
-        f"[ ! -e {quote(f'{directory}/{backup_name(n)}')} ]; }}"
-        for n in names
-    )
+    parts = []
+    for name in names:
+        f, b = quote(f"{directory}/{name}"), quote(f"{directory}/{backup_name(name)}")
+        parts.append(f"{{ mv -f -- {b} {f} || [ ! -e {b} ]; }}")
+    return " && ".join(parts)
 
 
 def unified_diff(old: str, new: str, path: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 from pathlib import Path
 
@@ -24,8 +23,9 @@ FIXTURE = Path(__file__).parent / "fixtures" / "model"
 NAMES = ("config.json", "hf_quant_config.json")
 
 
-def _model(tmp_path: Path) -> Path:
-    model = tmp_path / "model"
+def _model(tmp_path: Path, name: str = "model") -> Path:
+    """A copy of the fixture checkpoint's config files in ``tmp_path/name``."""
+    model = tmp_path / name
     model.mkdir()
     for name in NAMES:
         shutil.copy(FIXTURE / name, model / name)
@@ -62,7 +62,7 @@ def test_a_run_that_loses_the_race_never_puts_the_patched_file_in_the_backup(
         script += [f"  /bin/cp -p -- {src} {orig}", f"  /bin/cp -- {new} {src}"]
     script += ["fi", 'exec /bin/cp "$@"']
     (shim / "cp").write_text("\n".join(script) + "\n")
-    (shim / "cp").chmod(0o755 | stat.S_IXUSR)
+    (shim / "cp").chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
 
     profile = _profile(model)
@@ -81,10 +81,7 @@ def test_two_runs_at_once_both_succeed_and_keep_the_original(tmp_path: Path) -> 
     replaced failed about one time in three here: GNU cp creates a missing target with
     O_EXCL, and the other run made it in between)."""
     for i in range(30):
-        model = tmp_path / f"m{i}"
-        model.mkdir()
-        for name in NAMES:
-            shutil.copy(FIXTURE / name, model / name)
+        model = _model(tmp_path, f"m{i}")
         commands = [kvpatch.backup_command(str(model), NAMES, token) for token in ("aa", "bb")]
         procs = [
             subprocess.Popen(["bash", "-c", c], stderr=subprocess.PIPE, text=True) for c in commands
@@ -97,7 +94,7 @@ def test_two_runs_at_once_both_succeed_and_keep_the_original(tmp_path: Path) -> 
         assert len(list(model.iterdir())) == 2 * len(NAMES)  # no temporary copy left
 
 
-def test_a_backup_that_cannot_be_written_fails_the_step_with_cp_s_reason(tmp_path: Path) -> None:
+def test_a_backup_that_cannot_be_written_fails_with_cp_s_reason(tmp_path: Path) -> None:
     missing = tmp_path / "gone"
     run = subprocess.run(
         ["bash", "-c", kvpatch.backup_command(str(missing), NAMES, "cc")],
