@@ -295,6 +295,7 @@ def start_sshd(
     extra_config: Iterable[str] = (),
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     own_home: bool = True,
+    nice: int = 0,
 ) -> SshdServer:
     """Start `/usr/sbin/sshd -D -e -f <tmp>/sshd_config` on `address`.
 
@@ -309,6 +310,10 @@ def start_sshd(
     it for every command over SSH, and here it runs `pyenv init`, ~90 ms of the ~130 ms a
     command took (~45 ms without it); a deploy runs a dozen commands. kimi-ops learns the
     remote home from the shell's $HOME, so it sees the same thing. False keeps the user's own.
+
+    `nice`: run sshd under `nice -n NICE`; every process started through it inherits the
+    niceness. The real-engine tier uses it so vLLM loading on every core does not starve the
+    tests running beside it under pytest-xdist (their deadlines are for the tool, not the CPU).
     """
     if not SSHD_BIN.exists():
         raise SshdStartError(f"{SSHD_BIN} not found (apt-get install openssh-server)")
@@ -354,8 +359,9 @@ def start_sshd(
             )
         )
         with open(log, "wb") as log_fh:
+            niced = ["nice", "-n", str(nice)] if nice else []
             proc = subprocess.Popen(
-                [str(SSHD_BIN), "-D", "-e", "-f", str(config)],
+                [*niced, str(SSHD_BIN), "-D", "-e", "-f", str(config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fh,
                 stderr=subprocess.STDOUT,

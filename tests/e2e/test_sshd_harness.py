@@ -3,6 +3,7 @@ kills its own remote shell (the seed's silent failure)."""
 
 from __future__ import annotations
 
+import os
 import pwd
 import time
 import uuid
@@ -80,6 +81,16 @@ def test_sessions_get_the_sshd_s_own_home_unless_asked_not_to(sshd: SshdHost, ma
     assert ssh_run(sshd, 'printf %s "$HOME"').stdout == str(sshd.tmpdir / "home")
     other = make_sshd("127.0.0.1", own_home=False)
     assert ssh_run(other, 'printf %s "$HOME"').stdout == pwd.getpwnam(other.user).pw_dir
+
+
+def test_nice_is_inherited_by_the_sessions_commands(sshd: SshdHost, make_sshd) -> None:
+    """start_sshd(nice=N): what runs through that sshd (the real engine, in its tier) has
+    niceness N more than this test; the plain fixture's commands keep this test's."""
+    mine = os.nice(0)
+    assert ssh_run(sshd, "nice").stdout.strip() == str(mine)
+    niced = make_sshd("127.0.0.1", nice=7)
+    assert ssh_run(niced, "nice").stdout.strip() == str(min(mine + 7, 19))
+    assert ssh_run(niced, "echo up").stdout == "up\n"
 
 
 def test_fabric_connection_run_and_put(sshd: SshdHost, tmp_path: Path) -> None:

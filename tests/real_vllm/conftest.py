@@ -1,6 +1,6 @@
 """Fixtures of the real-engine tier (``-m real_vllm``): vLLM's CPU build, tiny models, a real
-sshd (the e2e tests' fixture), and one deployment per test whose processes are ended and whose
-shm files are removed afterwards.
+sshd of its own (niced: see ``engine_sshd``), and one deployment per test whose processes are
+ended and whose shm files are removed afterwards.
 
 Without the engine venv the tier is skipped with the install command, except under CI=true,
 where a missing engine is a failure (``.ci/run`` installs it first).
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e.conftest import ssh_client_key, sshd  # noqa: F401 - the e2e tests' real sshd
-from e2e.harness import SshdHost
+from e2e.conftest import ssh_client_key  # noqa: F401 - the e2e tests' client key
+from e2e.harness import SshdHost, SshdStartError, start_sshd
 
 from tasks.engine import (
     Engine,
@@ -63,9 +63,30 @@ def compile_cache() -> Path:
     return path
 
 
+#: Niceness of the engine's sshd, and so of every server the tier starts through it.
+ENGINE_NICE = 10
+
+
+@pytest.fixture(scope="session")
+def engine_sshd(ssh_client_key: Path) -> Iterator[SshdHost]:  # noqa: F811 - imported fixture
+    """A real sshd on 127.0.0.1 for this tier, run at niceness ENGINE_NICE.
+
+    vLLM's CPU build takes every core while it loads; under pytest-xdist the other worker's
+    SSH tests run beside it with deadlines of their own. Through this sshd the engine inherits
+    the niceness, so it yields the CPU to them and gets the rest (alone, it gets all of it)."""
+    try:
+        server = start_sshd(client_key=ssh_client_key, nice=ENGINE_NICE)
+    except SshdStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server.host
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def deployment(
-    sshd: SshdHost,  # noqa: F811 - the fixture imported above
+    engine_sshd: SshdHost,
     engine: Engine,
     tiny_models: Path,
     compile_cache: Path,
@@ -80,7 +101,7 @@ def deployment(
     def make(model: str = "tiny-llama", **kimi: object) -> RealDeployment:
         root = Path(tempfile.mkdtemp(prefix="kimi-real-"))
         roots.append(root)
-        dep = RealDeployment(sshd, engine, tiny_models / model, root, extra=dict(kimi))
+        dep = RealDeployment(engine_sshd, engine, tiny_models / model, root, extra=dict(kimi))
         made.append(dep)
         return dep
 
