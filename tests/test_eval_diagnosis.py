@@ -214,8 +214,8 @@ def test_corpus_evaluation_runs() -> None:
     "excerpts, 1 failure read as starting); ZG 88.9% (117 excerpts, healthy 78.9% and unknown "
     "80.6% < 85%, 6 failures read as starting / healthy); ZH 89.3% (103 excerpts, unknown "
     "81.8% < 85%, 6 failures read as starting / healthy); ZI 94.7% (114 excerpts, healthy "
-    "81.2% < 85%, 2 failures read as starting); ZI (newest) is spent: its misses were read "
-    "and learned from",
+    "81.2% < 85%, 2 failures read as starting); ZK 95.7% (115 excerpts, every label >= 85%) "
+    "but 3 failures read as starting / healthy",
     strict=False,
 )
 def test_corpus_meets_issue_13() -> None:
