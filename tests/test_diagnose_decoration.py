@@ -220,6 +220,7 @@ WRAP_CHANGES: dict[str, str] = {
             "engine_dead_other__zc814_omni_stage_worker_init_device_cut.log",
             "unknown__ze807_cpu_prototype_benchmark_run_engine_cut.log",
             "bad_argument__zh111_rocm_mi50_gpt_oss_120b_float16_mxfp4_dtype.log",
+            "engine_dead_other__zj207_falcon_load_weights_keyerror.log",
         ),
         "one line only is long enough to be cut: one piece cannot show a width",
     ),

@@ -304,6 +304,18 @@ _RECORD_START_RE = re.compile(
 _MIN_WRAP = 60
 
 
+#: A line that ends at a record's head, its logger's ``[file.py:N]`` (vLLM's format puts the
+#: message after it on the same line): cut there by a wrap, whatever the next piece begins with.
+_BARE_HEAD_RE = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) .*\[[\w.\-]+:\d+\]$")
+
+
+def _continues(prev: str, line: str, lead: re.Pattern[str] | None) -> bool:
+    """Is ``line`` the rest of ``prev``, a line a hard wrap cut?"""
+    return not _starts_record(line, lead) or (
+        prev.endswith("]") and _BARE_HEAD_RE.search(prev) is not None
+    )
+
+
 def _starts_record(line: str, lead: re.Pattern[str] | None = None) -> bool:
     """Whether ``line`` begins a record of its own: a tool's learned decoration (``lead``: its
     line numbers or label, which a wrapped piece lacks), a known one, or a record's words."""
@@ -336,7 +348,7 @@ def learn_wrap_width(text: str, lead: re.Pattern[str] | None = None) -> int | No
     if width < _MIN_WRAP:
         return None
     full = [i for i, ln in enumerate(lines[:-1]) if len(ln) == width]
-    pieces = sum(1 for i in full if not _starts_record(lines[i + 1], lead))
+    pieces = sum(1 for i in full if _continues(lines[i], lines[i + 1], lead))
     return width if pieces >= 2 and 3 * pieces >= 2 * len(full) else None
 
 
@@ -347,7 +359,7 @@ def join_wrapped(block: str, width: int, lead: re.Pattern[str] | None = None) ->
     out: list[str] = []
     last = 0  # the length of the last physical line read
     for ln in lines:
-        if last == width and out and ln and not _starts_record(ln, lead):
+        if last == width and out and ln and _continues(out[-1][-width:], ln, lead):
             out[-1] += ln
         else:
             out.append(ln)

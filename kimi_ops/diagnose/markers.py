@@ -31,9 +31,10 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
     _marker("api_server_starting", ("vLLM API server version", "non-default args")),
     _marker(
         "initializing_engine",
-        ("LLM engine", "Using max model len "),
-        # ... and the engine's config being resolved just before (V1's model config)
-        r"Initializing an? (?:V\d )?LLM engine|^Using max model len \d",
+        ("LLM engine", "Using max model len ", "Defaulting to '"),
+        # ... and the engine's config being resolved just before (V1's, V0's model config)
+        r"Initializing an? (?:V\d )?LLM engine|^Using max model len \d|"
+        r"^This model supports multiple tasks: ",
     ),
     _marker(
         "loading_model",
@@ -287,8 +288,9 @@ _EXIT_RE = re.compile(
     # as "Unhandled exception: T. what(): ..."), and on a failed glog / Ray CHECK
     r"^terminate called after throwing an instance of|\bUnhandled exception: \S+\. what\(\):|"
     r"\bCheck failed: |An unexpected system state has occurred|"
-    # uvicorn could not bind its socket (any errno; 98 is port_in_use's): the server exits
-    r"\berror while attempting to bind on address\b|"
+    # uvicorn could not bind its socket (any errno; 98 is port_in_use's), or the app's
+    # startup (its lifespan) raised: the server exits
+    r"\berror while attempting to bind on address\b|^Application startup failed\b|"
     # Ray: a node (and the vLLM workers on it) declared dead by the cluster
     r"\b(?:has been|was|mistakenly been) marked (?:as )?dead\b|\bRAYLET_MARKED_DEAD\b|"
     # Ray: a worker (the driver itself at ray.init) could not join its raylet; it exits
@@ -303,12 +305,10 @@ _EXIT_KEYWORDS: frozenset[str] = frozenset(
         "Process ",
         "Killed",
         "core dumped",
-        "exited with code",
-        "exited with exit code",
+        "exited with ",
         "Fatal Python error",
-        "Failed to start",
-        "vLLM failed to start",
-        "vLLM server failed to start",
+        "ailed to start",  # Failed to start, vLLM (server) failed to start
+        "Application startup failed",
         "The actor",
         "terminated unexpectedly",
         "Worker exit type: ",

@@ -400,6 +400,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "Unauthorized",
             "Forbidden",
             ".incomplete'",
+            " not exists on ",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -441,6 +442,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             # ModelScope's hub: no such model / revision, or a private one without a token
             r"\bNotExistError\b.*\b(?:model|revision)",
             r"failed to access model\b.*\bmay not exist or may be\s+private",
+            r"\bRepo (?P<model>\S+) not exists on (?:either )?https?://",  # (its hub's logger)
             r"GatedRepoError|Cannot access gated repo|Access to model \S+ is restricted",
             r"Can't load the configuration of '(?P<model>[^']+)'",
             r"Incorrect path_or_model_id:? '(?P<model>[^']*)'",  # ('' : no model given)

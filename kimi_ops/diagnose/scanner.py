@@ -145,6 +145,7 @@ class _State:
         "inproc_driver_pos",
         "api_server_pos",
         "engine_start_pos",
+        "pre_http",
         "tail",
         "tail_provisional",
         "line_prefix",
@@ -189,6 +190,7 @@ class _State:
         self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
         self.api_server_pos = -1  # vLLM's API server spoke: a server, not an in-process engine
         self.engine_start_pos = -1  # the engine's own first line ("Initializing ... LLM engine")
+        self.pre_http: tuple[int, str | None, str | None] = (-1, None, None)  # stage before it
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
         self.line_prefix: str | None = None  # a tool's constant label on every line (learned)
@@ -266,6 +268,31 @@ def _engine_after_bare_http_start(st: _State, stage: int) -> bool:
     )
 
 
+#: The ASGI app's startup failed: a frame of its lifespan (starlette's; uvicorn prints the
+#: traceback as "ERROR:    Traceback ...") or uvicorn's own words after it. (A lifespan frame
+#: after "startup complete" is the shutdown's: that server was up.)
+_APP_START_FAILED_RE = re.compile(r'", line \d+, in lifespan\b|\bApplication startup failed\b')
+
+
+def _http_start_failed(st: _State, pos: int, text: str) -> None:
+    """uvicorn had only started (no route list, no "startup complete") when the app's startup
+    failed: an app that builds its engine at startup (index-tts, a gradio Space) gets there
+    before its engine. The server never came up: back to the stage before it."""
+    healthy = st.healthy_text
+    if healthy is None or st.healthy_pos < 0 or st.shutdown_pos >= 0 or pos < st.healthy_pos:
+        return
+    failed = _APP_START_FAILED_RE.search(text)
+    bare = _BARE_HTTP_START_RE.search(healthy)
+    if failed is None or bare is None:
+        return
+    if pos == st.healthy_pos:  # (one line, newlines collapsed: the failure after the start)
+        if healthy != text or failed.start() < bare.end():
+            return
+        st.last_progress_pos = pos - 1  # (what progressed came before the failure)
+    st.healthy_pos, st.healthy_text = -1, None
+    st.stage, st.progress, st.stage_text = st.pre_http
+
+
 def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     """Fold one event into the state (events arrive in log order)."""
     pos, kind = ev[0], ev[1]
@@ -288,6 +315,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.healthy_pos, st.healthy_text, st.shutdown_pos = -1, None, -1
             st.stop_request_pos = st.last_engine_loop_frame_pos = -1
         elif stage > st.stage:
+            if stage == _HEALTHY_STAGE:
+                st.pre_http = (st.stage, st.progress, st.stage_text)
             st.stage, st.progress = stage, progress
         elif stage == st.stage and progress:
             st.progress = progress
@@ -361,6 +390,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_HEADER:
         st.last_header = _Line(pos, ev[2])
         st.last_crash_pos = st.last_signal_pos = pos
+        if "lifespan" in ev[2]:  # (a one-line paste: the traceback's frames on its line)
+            _http_start_failed(st, pos, ev[2])
         if ev[3]:
             st.last_engine_log_frame_pos = pos
             if _UTILITY_FAILED_RE.match(ev[2]):  # a utility call's: the engine goes on
@@ -371,6 +402,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         # last progress (Ray's account of a dead worker) says more, and stays
         if not child or st.last_exit is None or st.last_exit.pos < st.last_progress_pos:
             st.last_exit = _Line(pos, ev[2])
+        if "startup failed" in ev[2]:  # uvicorn: "Application startup failed. Exiting."
+            _http_start_failed(st, pos, ev[2])
         if child and ev[2].strip().startswith("Process EngineCore"):
             st.last_engine_log_frame_pos = pos  # V1's engine process died of that traceback
         st.last_crash_pos = st.last_signal_pos = pos
@@ -434,6 +467,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
                 st.last_engine_loop_frame_pos = pos
         st.last_frame = _Line(pos, ev[2])
         st.last_crash_pos = pos
+        if "lifespan" in ev[2]:
+            _http_start_failed(st, pos, ev[2])
         if ev[2].endswith(", in <module>"):
             st.last_module_frame_pos = pos
         if "_run_engine" in ev[2] and _GENERATING_FRAME_RE.search(ev[2]):

@@ -58,6 +58,7 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "LLM API server",
     "LLM server on",
     "LLM engine",
+    "Defaulting to '",  # V0's model config: "This model supports multiple tasks: ..."
     "Loading ",
     "Model loading took",
     "Maximum concurrency",
