@@ -95,7 +95,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zg": ("18fc7fc", "da716dd"),
     "blind-zh": ("1b62712", "beffd6c"),
     "blind-zi": ("c4afe52", "9d9d5a9"),
-    "blind-zk": ("bba2ea0", None),
+    "blind-zk": ("bba2ea0", "a987001"),
 }
 
 
