@@ -1,8 +1,9 @@
-"""How the whole suite is spread over pytest-xdist's workers when asked to (``-n 2 --dist
-loadgroup``; the README's test command runs in one process, see the README for why).
+"""How the whole suite is spread over pytest-xdist's workers (the README's test command and CI
+run ``-n 2 --dist loadgroup``; without ``-n`` it all runs in one process, in file order).
 
 The real engine's tests run one after another on one worker: each starts vLLM's CPU build, which
-takes every core while it loads, and they share one warm torch.compile cache. The Ray cluster
+takes every core while it loads (at niceness 10, see tests/real_vllm/conftest.py), and they share
+one warm torch.compile cache. The Ray cluster
 tests likewise (each starts a Ray head). Every other test runs beside them: none may depend on
 being alone on the machine (other servers, other tests' servers and files may be there).
 """
