@@ -446,6 +446,15 @@ def test_stale_psm_segments_warn() -> None:
     assert check.status == "warn" and "2 psm_*" in check.detail
 
 
+def test_the_shm_check_names_the_profiles_shm_dir_and_the_task_that_cleans_it() -> None:
+    # (red team, 2026-12-05: it said /dev/shm and `fab kill-stale` for a profile whose shm_dir
+    # is elsewhere; kill-stale removes no shm file, clean-shm does)
+    facts = make_facts(shm_files="104857600\tpsm_1a2b3c\n104857600\tpsm_4d5e6f\n")
+    check = by_name(run_checks(profile(shm_dir="/srv/shm"), facts), "shm")
+    assert "in /srv/shm" in check.detail and "/dev/shm" not in check.detail
+    assert "fab clean-shm" in check.detail and "kill-stale" not in check.detail
+
+
 def test_gpu_memory_in_use_without_process_warns() -> None:
     busy = RTX8.replace(", 97887, 0, ", ", 97887, 90000, ")
     check = by_name(run_checks(profile(), make_facts(gpus=busy)), "gpu_memory")

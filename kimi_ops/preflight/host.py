@@ -91,9 +91,10 @@ def _check_disk(profile: Profile, facts: HostFacts, need: int) -> Check:
 
 
 def _check_shm(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
+    where = profile.shm_dir  # (the facts are read there: /dev/shm unless the profile says)
     disk = facts.shm_disk
     if disk is None:
-        return Check("shm", "warn", "cannot read free space in /dev/shm")
+        return Check("shm", "warn", f"cannot read free space in {where}")
     psm = facts.shm_psm_files or {}
     stale = bool(psm) and facts.compute_apps == [] and not own
     if disk.free_bytes < MIN_SHM_FREE_BYTES:
@@ -101,17 +102,19 @@ def _check_shm(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
         return Check(
             "shm",
             "warn",
-            f"only {_gib(disk.free_bytes)} free in /dev/shm{extra}; NCCL and vLLM need "
+            f"only {_gib(disk.free_bytes)} free in {where}{extra}; NCCL and vLLM need "
             "shared memory",
         )
     if stale:
+        # whose they are the names do not say: vLLM's, or another program's of the same kind
         return Check(
             "shm",
             "warn",
-            f"{len(psm)} psm_* shared-memory segments ({_gib(sum(psm.values()))}) in /dev/shm with "
-            "no GPU process running: leaked by a crashed vLLM (fab kill-stale removes them)",
+            f"{len(psm)} psm_* shared-memory segments ({_gib(sum(psm.values()))}) in {where} "
+            "with no GPU process running: probably leaked by a crashed vLLM (fab clean-shm "
+            "removes those that no process maps)",
         )
-    return Check("shm", "pass", f"{_gib(disk.free_bytes)} free in /dev/shm")
+    return Check("shm", "pass", f"{_gib(disk.free_bytes)} free in {where}")
 
 
 def _check_remove_ipc(profile: Profile, facts: HostFacts) -> Check:
