@@ -82,8 +82,10 @@ def lock_command(run_dir: str, holder: str) -> str:
     r = run_dir.rstrip("/") or "/"
     lock = quote(f"{r}/{LOCK_FILE}")
     info = quote(f"{r}/{LOCK_FILE}{HOLDER_SUFFIX}")
+    # A holder file that cannot be written (a read-only file system) is no lock: the guard
+    # would find another token there and call every command "lock lost"; say why instead.
     inner = (
-        f'printf "%s remote_pid=%s\\n" {quote(holder)} "$$" > {info}; '
+        f'{{ printf "%s remote_pid=%s\\n" {quote(holder)} "$$" > {info}; }} 2>&1 || exit 1; '
         f'echo "{LOCKED}"; exec cat > /dev/null'
     )
     # The holder names itself just AFTER flock grants the lock: a run refused in between would

@@ -122,6 +122,21 @@ def test_lock_in_a_run_dir_that_cannot_be_created_names_it(tmp_path: Path) -> No
     assert "\n" not in info.value.reason
 
 
+def test_a_holder_file_that_cannot_be_written_is_no_lock_and_says_why(tmp_path: Path) -> None:
+    # (red team, 2026-12-05: on a run_dir remounted read-only the lock was granted, the holder
+    # file kept an old run's token, and every command then failed as "lost the deployment lock
+    # ... the SSH connection may have dropped"; a directory in the holder file's place is this
+    # test's unwritable file, as root can write to a read-only-permission file)
+    run_dir = tmp_path / "run"
+    (run_dir / f"{LOCK_FILE}.holder").mkdir(parents=True)
+    lock = HostLock(_host(run_dir), str(run_dir), "deploy")
+    with pytest.raises(StepFailed) as info:
+        lock.__enter__()
+        lock.__exit__(None, None, None)  # (granted after all: release it, then fail)
+    assert "could not take the deployment lock" in info.value.reason, info.value.reason
+    assert "Is a directory" in info.value.reason, info.value.reason
+
+
 def test_a_busy_lock_names_the_live_holder_not_a_stale_holder_file(tmp_path: Path) -> None:
     """The holder writes its name just AFTER flock grants the lock; a run refused in between
     must not report the previous (dead) holder's leftover file, nor "holder unknown"."""
