@@ -68,20 +68,45 @@ PROFILE_FLAGS: dict[str, str] = {
 }
 
 
+#: vLLM flags whose value is a secret the profile passes another way: flag -> the ``kimi.env``
+#: variable to set instead. On the command line the value would be in ``ps`` for the server's
+#: whole life, in launch.sh and in every diff of it; ``kimi.env`` secret-named values reach the
+#: server only through the 0600 env file. (``--api-key`` is in :data:`PROFILE_FLAGS`.)
+SECRET_ENV_FLAGS: dict[str, str] = {
+    "--hf-token": "HF_TOKEN",
+}
+
+
+def _flag_name(arg: str) -> str:
+    """``arg``'s flag name as vLLM reads it (before ``=``, underscores as dashes)."""
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name
+
+
 def profile_flag(arg: str) -> str | None:
     """The :data:`PROFILE_FLAGS` flag ``arg`` spells (``--port``, ``--port=8001``,
     ``--served_model_name x``: vLLM reads underscores as dashes), or None."""
     if not arg.startswith("-"):
         return None
-    name = arg.split("=", 1)[0]
-    if name.startswith("--"):
-        name = "--" + name[2:].replace("_", "-")
+    name = _flag_name(arg)
     return name if name in PROFILE_FLAGS else None
 
 
 def _extra_args(value: Any) -> tuple[str, ...]:
     args = _str_list("extra_args", value)
     for i, arg in enumerate(args):
+        name = _flag_name(arg) if arg.startswith("--") else ""
+        if name in SECRET_ENV_FLAGS:
+            var = SECRET_ENV_FLAGS[name]
+            raise ProfileError(
+                f"extra_args[{i}]",
+                f"{name} would put a secret on the server's command line (ps) and in "
+                f"launch.sh: set kimi.env.{var} instead",  # never the value
+                hint=f"remove {name} and its value from extra_args and set kimi.env.{var}: "
+                "it reaches the server only through the 0600 env file",
+            )
         flag = profile_flag(arg)
         if flag is not None:
             key = PROFILE_FLAGS[flag]

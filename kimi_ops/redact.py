@@ -20,8 +20,9 @@ MASK = "***"
 #: Substrings of a variable name that make its value a secret (``kimi.secret_patterns``).
 DEFAULT_SECRET_PATTERNS: tuple[str, ...] = tuple(DEFAULTS["secret_patterns"])
 
-#: vLLM flags whose value is a secret (``--api-key X`` or ``--api-key=X``).
-SECRET_FLAGS: tuple[str, ...] = ("--api-key",)
+#: vLLM flags whose value is a secret (``--api-key X`` or ``--api-key=X``; vLLM also reads
+#: ``--hf_token``). Both are refused in ``extra_args``; their values are masked all the same.
+SECRET_FLAGS: tuple[str, ...] = ("--api-key", "--hf-token")
 
 #: Values shorter than this are not masked by value (masking "1" would blank every digit);
 #: they are still kept out of the launch script by name.
@@ -50,15 +51,20 @@ def redact_env(
 
 
 def flag_secrets(args: Iterable[Any]) -> list[str]:
-    """Values of secret flags (``--api-key X``, ``--api-key=X``) in an argument list."""
+    """Values of secret flags (``--api-key X``, ``--hf-token=X``, ``--hf_token X``) in an
+    argument list."""
     items = [str(a) for a in args]
     out: list[str] = []
     for i, arg in enumerate(items):
-        for flag in SECRET_FLAGS:
-            if arg == flag and i + 1 < len(items):
-                out.append(items[i + 1])
-            elif arg.startswith(flag + "="):
-                out.append(arg[len(flag) + 1 :])
+        name, eq, value = arg.partition("=")
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        if name not in SECRET_FLAGS:
+            continue
+        if eq:
+            out.append(value)
+        elif i + 1 < len(items):
+            out.append(items[i + 1])
     return out
 
 

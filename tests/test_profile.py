@@ -108,6 +108,26 @@ def test_extra_args_may_not_set_what_the_profile_owns(
     assert "sekrit" not in exc.value.message + exc.value.hint  # a value may be a secret
 
 
+@pytest.mark.parametrize(
+    ("args", "index"),
+    [
+        (["--hf-token", "hf_SEKRIT1234"], 0),
+        (["--max-model-len", "4096", "--hf-token=hf_SEKRIT1234"], 2),
+        (["--hf_token", "hf_SEKRIT1234"], 0),
+    ],
+)
+def test_extra_args_may_not_put_the_hf_token_on_the_command_line(
+    args: list[str], index: int
+) -> None:
+    # red-team F5: --hf-token went onto the exec line (ps), into launch.sh and every diff
+    with pytest.raises(ProfileError) as exc:
+        load_profile({"extra_args": args})
+    assert exc.value.key == f"extra_args[{index}]"
+    assert "kimi.env.HF_TOKEN" in exc.value.message
+    assert "kimi.env.HF_TOKEN" in exc.value.hint and "0600 env file" in exc.value.hint
+    assert "hf_SEKRIT1234" not in exc.value.message + exc.value.hint
+
+
 def test_extra_args_values_that_only_look_like_owned_flags_are_kept() -> None:
     args = ["--max-model-len", "4096", "--chat-template", "uses --port in text", "--portal"]
     assert load_profile({"extra_args": args}).extra_args == tuple(args)

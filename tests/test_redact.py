@@ -65,6 +65,15 @@ def test_masker_hides_api_key_flags_and_nested_wrong_types() -> None:
     assert mask("a sk-live-1 b sk-live-2 c ['tok-nested-1']") == "a *** b *** c ['***']"
 
 
+def test_masker_hides_hf_token_flags() -> None:
+    # red-team F5: --hf-token values were not known as secrets (shown in the refusal's context)
+    config = {
+        "extra_args": ["--hf-token", "hf_tok-1", "--hf-token=hf_tok-2", "--hf_token=hf_tok-3"]
+    }
+    mask = Masker(config_secrets(config, {}))
+    assert mask("hf_tok-1 hf_tok-2 hf_tok-3") == "*** *** ***"
+
+
 def test_with_timeout_round_trips_any_one_line_command() -> None:
     from kimi_ops.shell import with_timeout, without_timeout
 

@@ -304,3 +304,14 @@ def test_redeploy_changes_nothing_unless_the_profile_changes_or_restart(served: 
     again = dep.fab("stop", **profile)
     assert again.returncode == 0, again.describe()
     assert "no process of this deployment" in again.output, again.describe()
+
+
+def test_an_hf_token_in_extra_args_is_refused_and_never_shown(dep: Deployment) -> None:
+    # red-team F5: the token went onto the exec line, into launch.sh and into the printed diff
+    token = "hf_" + secrets.token_hex(12)
+    run = dep.fab("deploy", extra_args=["--max-model-len", "4096", f"--hf-token={token}"])
+    assert run.returncode == 1, run.describe()
+    assert token not in run.output, run.describe()
+    assert "kimi.env.HF_TOKEN" in run.output and "0600 env file" in run.output, run.describe()
+    assert not (dep.run_dir / "launch.sh").exists()
+    assert token not in dep.sshd.log_text()
