@@ -20,6 +20,7 @@ from kimi_ops.profile import Profile
 from kimi_ops.shell import quote as q
 
 from ..host import Host
+from ..masking import MASKER
 from .common import Sleep, _resource, _run_dir
 from .upload import sync_files
 
@@ -31,9 +32,17 @@ NO_LOG_HINT = (
 )
 
 
-def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
+def read_log(
+    h: Host,
+    p: Profile,
+    lines: int,
+    *,
+    step: str = "logs",
+    mask: Callable[[str], str] = MASKER,
+) -> str:
     """The last ``lines`` lines of the current log, each cut to ``kimi.log_line_limit``
-    characters (the host sends at most that many bytes of a line: ``cut -b``)."""
+    characters (the host sends at most that many bytes of a line: ``cut -b``). Secrets are
+    masked BEFORE the cut: cut first, a secret across the cut would show its first part."""
     path = f"{_run_dir(p)}/{CURRENT_LOG}"
     out = h.run(
         f"test -e {q(path)} && tail -n {int(lines)} {q(path)} "
@@ -50,7 +59,7 @@ def read_log(h: Host, p: Profile, lines: int, *, step: str = "logs") -> str:
             stderr=out.stderr,
             hint=NO_LOG_HINT,
         )
-    return logview.cap_lines(out.stdout, p.log_line_limit)
+    return logview.cap_lines(mask(out.stdout), p.log_line_limit)
 
 
 def follow_log(
@@ -61,9 +70,10 @@ def follow_log(
     step: str = "logs",
     sleep: Sleep = time.sleep,
     until: Callable[[], bool] = lambda: False,
+    mask: Callable[[str], str] = MASKER,
 ) -> None:
     """Print new log bytes as they arrive (reads from an offset; Ctrl-C ends it), each line
-    cut to ``kimi.log_line_limit`` characters."""
+    cut to ``kimi.log_line_limit`` characters after its secrets are masked."""
     r = _run_dir(p)
     offset = -1
     decoder, capper = vfy.log_decoder(), logview.LineCapper(p.log_line_limit)
@@ -78,7 +88,7 @@ def follow_log(
             decoder = vfy.log_decoder()
             continue
         if facts.read:
-            write(capper.feed(facts.chunk))
+            write(capper.feed(mask(facts.chunk)))
             offset += facts.read
         else:
             sleep(p.poll_interval)

@@ -32,6 +32,7 @@ from .harness import (
     generate_key,
     pid_alive,
     public_key_text,
+    run_fab,
 )
 
 pytestmark = pytest.mark.e2e
@@ -315,3 +316,15 @@ def test_an_hf_token_in_extra_args_is_refused_and_never_shown(dep: Deployment) -
     assert "kimi.env.HF_TOKEN" in run.output and "0600 env file" in run.output, run.describe()
     assert not (dep.run_dir / "launch.sh").exists()
     assert token not in dep.sshd.log_text()
+
+
+def test_logs_never_shows_part_of_a_secret_cut_at_the_line_limit(dep: Deployment) -> None:
+    # red-team F7: the line was cut at log_line_limit before masking: half the secret was shown
+    password = "pw-" + secrets.token_hex(10)
+    dep.run_dir.mkdir()
+    (dep.run_dir / "current.log").write_text("X" * 1990 + password + " end\nlast line\n")
+    config = dep.config(env={"MY_PASSWORD": password}, log_line_limit=2000)
+    run = run_fab(dep.sshd, "logs", "--lines", "5", config=config)
+    assert run.ok, run.describe()
+    assert password[:6] not in run.output, run.describe()
+    assert "X" * 1990 + "*** end" in run.stdout and "last line" in run.stdout, run.describe()
