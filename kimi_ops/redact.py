@@ -9,6 +9,7 @@ replaces each known secret value with ``***``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -113,12 +114,27 @@ def _strings(value: Any) -> set[str]:
     return {str(value)}
 
 
+def escaped_forms(value: str) -> set[str]:
+    """``value`` as it can appear in text kimi-ops shows: as is, repr-escaped (a Python dict
+    printed in a log line: vLLM's "non-default args: {...}"), ``ascii()``-escaped, and each of
+    these JSON-escaped with and without ``ensure_ascii`` (``--json`` output, evidence lines).
+    A quote, a backslash or a non-ASCII character changes the escaped forms, and a masker that
+    looks only for the value itself would miss them."""
+    base = {value, repr(value)[1:-1], ascii(value)[1:-1]}
+    forms = set(base)
+    for form in base:
+        forms.add(json.dumps(form)[1:-1])
+        forms.add(json.dumps(form, ensure_ascii=False)[1:-1])
+    return forms
+
+
 class Masker:
     """Replaces known secret values in text with ``***`` (longest first, so a secret that
-    contains another is hidden whole)."""
+    contains another is hidden whole), in each of their :func:`escaped_forms`."""
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self.values: set[str] = set()
+        self.forms: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self.add(values)
 
@@ -126,7 +142,8 @@ class Masker:
         new = {v for v in values if isinstance(v, str) and len(v) >= MIN_MASK_LENGTH}
         if new - self.values:
             self.values |= new
-            ordered = sorted(self.values, key=len, reverse=True)
+            self.forms = set().union(*(escaped_forms(v) for v in self.values))
+            ordered = sorted(self.forms, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
 
     def __call__(self, text: str) -> str:

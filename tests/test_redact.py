@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -72,6 +73,34 @@ def test_masker_hides_hf_token_flags() -> None:
     }
     mask = Masker(config_secrets(config, {}))
     assert mask("hf_tok-1 hf_tok-2 hf_tok-3") == "*** *** ***"
+
+
+ESCAPED = ['pw"REDTEAMQUOTE\\77', "sk-REDTEAMünïcødé€777", "hf_RED'TEAM$(id)\"Q\\x`b` 99"]
+
+
+@pytest.mark.parametrize("secret", ESCAPED)
+def test_masker_hides_json_and_repr_escaped_secrets(secret: str) -> None:
+    # red-team F4: json.dumps / repr escape quotes, backslashes and non-ASCII, and the masker
+    # looked only for the value itself (diagnose --json, vLLM's "non-default args: {...}")
+    mask = Masker([secret])
+    line = f"auth failed for {secret} end"
+    shown = [
+        mask(json.dumps({"evidence": [line]})),
+        mask(json.dumps({"evidence": [line]}, ensure_ascii=False)),
+        mask(repr({"hf_token": secret})),
+        mask(ascii({"hf_token": secret})),
+        mask(json.dumps(f"non-default args: { ({'hf_token': secret}) }")),
+    ]
+    assert json.loads(shown[0]) == json.loads(shown[1]) == {"evidence": ["auth failed for *** end"]}
+    assert shown[2] == shown[3] == "{'hf_token': '***'}"
+    assert json.loads(shown[4]) == "non-default args: {'hf_token': '***'}"
+
+
+@given(secret=st.text(min_size=4, max_size=30))
+def test_masker_hides_any_secret_in_json_and_repr(secret: str) -> None:
+    mask = Masker([secret])
+    for text in (json.dumps([secret]), json.dumps([secret], ensure_ascii=False), repr([secret])):
+        assert mask(text) in ('["***"]', "['***']"), (secret, text)
 
 
 def test_with_timeout_round_trips_any_one_line_command() -> None:

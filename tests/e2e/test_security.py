@@ -328,3 +328,23 @@ def test_logs_never_shows_part_of_a_secret_cut_at_the_line_limit(dep: Deployment
     assert run.ok, run.describe()
     assert password[:6] not in run.output, run.describe()
     assert "X" * 1990 + "*** end" in run.stdout and "last line" in run.stdout, run.describe()
+
+
+def test_diagnose_json_masks_a_secret_with_quotes_backslashes_and_non_ascii(
+    dep: Deployment, tmp_path: Path
+) -> None:
+    # red-team F4: json.dumps escaped the secret in the evidence and the masker missed it
+    password = 'pw"Q\\' + secrets.token_hex(6) + "ünï€"
+    log = tmp_path / "local.log"
+    log.write_text(
+        "INFO starting\nERROR 12-05 15:30:01 [core.py:1] EngineCore failed to start: "
+        f"RuntimeError: could not connect with password {password}\n"
+    )
+    config = dep.config(env={"DB_PASSWORD": password})
+    run = run_fab(None, "diagnose", "--log", str(log), "--json", config=config)
+    assert run.ok, run.describe()
+    doc = json.loads(run.stdout)
+    evidence = json.dumps(doc["evidence"], ensure_ascii=False)
+    assert "password ***" in evidence, run.describe()
+    for form in (password, json.dumps(password)[1:-1], password[6:12]):
+        assert form not in run.output, run.describe()
