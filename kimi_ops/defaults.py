@@ -97,7 +97,7 @@ DEFAULTS: dict[str, Any] = {
     # Local environment variables whose values are passed to the server via the 0600 env file.
     "secret_env": ["HF_TOKEN"],
     # A kimi.env value whose NAME contains one of these (any case) is a secret: it goes only to
-    # the 0600 env file and is shown as *** everywhere else.
+    # the 0600 env file and is shown as *** everywhere else. A profile's own list adds to these.
     "secret_patterns": [
         "TOKEN",
         "KEY",

@@ -17,7 +17,14 @@ from packaging.version import InvalidVersion, Version
 
 from .defaults import DEFAULTS, STANDIN_DEFAULTS
 from .errors import ProfileError
-from .redact import MASK, Masker, flag_secrets, is_secret_name, redact_env
+from .redact import (
+    MASK,
+    Masker,
+    flag_secrets,
+    is_secret_name,
+    redact_env,
+    with_default_patterns,
+)
 from .router import RouterSettings, parse_router
 from .sections import merged_section
 
@@ -492,6 +499,7 @@ def load_profile(
     secret_patterns = _str_list("secret_patterns", data["secret_patterns"])
     if any(not p.strip() for p in secret_patterns):
         raise ProfileError("secret_patterns", "must not contain an empty pattern")
+    secret_patterns = with_default_patterns(secret_patterns)  # add to the defaults, never replace
     line_limit = data["log_line_limit"]
     if not _is_int(line_limit) or line_limit < 1:
         raise ProfileError("log_line_limit", f"must be a positive integer, got {line_limit!r}")

@@ -30,6 +30,13 @@ SECRET_FLAGS: tuple[str, ...] = ("--api-key", "--hf-token")
 MIN_MASK_LENGTH = 4
 
 
+def with_default_patterns(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The secret patterns in force: the defaults, always, plus the profile's own
+    ``secret_patterns`` (config merging replaces a list, so a profile that lists one pattern
+    of its own must not drop TOKEN, KEY, ...)."""
+    return tuple(dict.fromkeys([*DEFAULT_SECRET_PATTERNS, *patterns]))
+
+
 def is_secret_name(name: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS) -> bool:
     upper = name.upper()
     return any(p.upper() in upper for p in patterns if p)
@@ -79,9 +86,10 @@ def config_secrets(config: Mapping[str, Any], environ: Mapping[str, str]) -> set
     overrides = config.get("host_overrides")
     if isinstance(overrides, Mapping):
         sections += [v for v in overrides.values() if isinstance(v, Mapping)]
-    patterns = config.get("secret_patterns")
-    if not isinstance(patterns, (list, tuple)) or not all(isinstance(p, str) for p in patterns):
-        patterns = DEFAULT_SECRET_PATTERNS
+    patterns = DEFAULT_SECRET_PATTERNS
+    given = config.get("secret_patterns")
+    if isinstance(given, (list, tuple)):
+        patterns = with_default_patterns(p for p in given if isinstance(p, str) and p)
     for section in sections:
         env = section.get("env")
         if isinstance(env, Mapping):

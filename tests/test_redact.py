@@ -57,6 +57,18 @@ def test_secret_patterns_are_configurable() -> None:
     assert "b-123456" not in render_launch_script(custom)
 
 
+def test_custom_secret_patterns_add_to_the_defaults() -> None:
+    # red-team F6: secret_patterns: ["MYCORP"] replaced the list, and HF_TOKEN went into launch.sh
+    env = {"HF_TOKEN": "hf_abcdef123", "MYCORP_BEARER": "b-123456"}
+    config = {"env": env, "run_dir": "/srv/k", "secret_patterns": ["MYCORP"]}
+    profile = load_profile(config)
+    script = render_launch_script(profile)
+    assert "hf_abcdef123" not in script and "b-123456" not in script
+    assert secret_env_values(profile, {}) == env
+    assert profile.is_secret("HF_TOKEN") and profile.is_secret("MYCORP_BEARER")
+    assert config_secrets(config, {}) == {"hf_abcdef123", "b-123456"}
+
+
 def test_masker_hides_api_key_flags_and_nested_wrong_types() -> None:
     config = {
         "extra_args": ["--api-key", "sk-live-1", "--x", "--api-key=sk-live-2"],

@@ -348,3 +348,16 @@ def test_diagnose_json_masks_a_secret_with_quotes_backslashes_and_non_ascii(
     assert "password ***" in evidence, run.describe()
     for form in (password, json.dumps(password)[1:-1], password[6:12]):
         assert form not in run.output, run.describe()
+
+
+def test_a_custom_secret_pattern_keeps_the_default_ones(dep: Deployment) -> None:
+    # red-team F6: secret_patterns: ["MYCORP"] replaced the defaults: HF_TOKEN went into
+    # launch.sh and the printed diff
+    token = "hf_" + secrets.token_hex(12)
+    config = dep.config(env={"HF_TOKEN": token}, secret_patterns=["MYCORP"])
+    run = run_fab(dep.sshd, "deploy", config=config)
+    dep.remember_server()
+    assert run.ok, run.describe()
+    assert token not in run.output, run.describe()
+    assert token not in (dep.run_dir / "launch.sh").read_text()
+    assert f"HF_TOKEN={token}" in (dep.run_dir / "server.env").read_text()
