@@ -144,6 +144,8 @@ class Masker:
         self.values: set[str] = set()
         self.forms: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
+        self._prefixes: set[str] = set()
+        self._longest = 0
         self.add(values)
 
     def add(self, values: Iterable[str]) -> None:
@@ -153,11 +155,66 @@ class Masker:
             self.forms = set().union(*(escaped_forms(v) for v in self.values))
             ordered = sorted(self.forms, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
+            self._prefixes = {f[:i] for f in self.forms for i in range(1, len(f))}
+            self._longest = len(ordered[0])
 
     def __call__(self, text: str) -> str:
         if self._pattern is None or not text:
             return text
         return self._pattern.sub(MASK, text)
+
+    def stream(self) -> MaskStream:
+        """A masker for text that arrives in pieces (a log being followed)."""
+        return MaskStream(self)
+
+    def _mask_determined(self, raw: str) -> tuple[str, str]:
+        """(``raw`` masked up to where more text cannot change it, the rest held back): the
+        rest is the shortest tail that is the start of a secret (a proper prefix of one of its
+        forms); every secret that begins before it is masked whole."""
+        if self._pattern is None:
+            return raw, ""
+        out: list[str] = []
+        pos = 0
+        while True:
+            hold = self._hold_from(raw, pos)
+            m = self._pattern.search(raw, pos)
+            if m is None or m.start() >= hold:
+                out.append(raw[pos:hold])
+                return "".join(out), raw[hold:]
+            # a match before ``hold`` is final: more text cannot make a longer form match there
+            out += [raw[pos : m.start()], MASK]
+            pos = m.end()
+
+    def _hold_from(self, raw: str, pos: int) -> int:
+        """The first index from ``pos`` where a secret could begin and run past the end."""
+        for r in range(max(pos, len(raw) - self._longest + 1), len(raw)):
+            if raw[r:] in self._prefixes:
+                return r
+        return len(raw)
+
+
+class MaskStream:
+    """Masks text fed in pieces, so a secret split across two pieces (a log line written in
+    two flushes, read by two polls) is still masked whole: ``feed`` returns what is safe to
+    show and holds back only a tail that may be the start of a secret (at most the longest
+    secret's length); ``flush`` at the end shows that tail as ``***``."""
+
+    def __init__(self, masker: Masker) -> None:
+        self._masker = masker
+        self._pending = ""
+
+    @property
+    def pending(self) -> str:
+        return self._pending
+
+    def feed(self, text: str) -> str:
+        shown, self._pending = self._masker._mask_determined(self._pending + text)
+        return shown
+
+    def flush(self) -> str:
+        """The end of the text: a held-back tail is (the start of) a secret, shown as ``***``."""
+        shown, self._pending = (MASK if self._pending else ""), ""
+        return shown
 
 
 def mask(text: str, values: Iterable[str]) -> str:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from kimi_ops.profile import load_profile
 from kimi_ops.redact import Masker
 from tasks import steps
@@ -23,3 +28,65 @@ def test_logs_masks_a_secret_before_cutting_the_line() -> None:
     shown = steps.read_log(_host(conn, profile), profile, 6, mask=Masker([SECRET]))
     assert SECRET[:4] not in shown
     assert shown == "X" * 1990 + "*** tail\nnext line\n"
+
+
+def _poll(size: int, chunk: str) -> Reply:
+    encoded = base64.b64encode(chunk.encode()).decode()  # the poll sends the bytes in base64
+    return Reply(f"pid=7\nsize={size}\nread={len(chunk.encode())}\n@@log\n{encoded}")
+
+
+def _follow(pieces: list[str], masker: Masker) -> list[str]:
+    """What follow_log writes when the log grows by ``pieces``, one per poll."""
+    profile = load_profile({"run_dir": "/srv/kimi", "poll_interval": 0.01})
+    conn = ScriptedConnection()
+    size, replies = 0, [_poll(0, "")]  # the first poll only asks for the size
+    for piece in pieces:
+        size += len(piece.encode())
+        replies.append(_poll(size, piece))
+    replies.append(_poll(size, ""))
+    conn.on(r"@@log", *replies)
+    polls = iter(range(len(replies) - 1))
+    written: list[str] = []
+    steps.follow_log(
+        _host(conn, profile),
+        profile,
+        written.append,
+        sleep=lambda _s: None,
+        until=lambda: next(polls, None) is None,
+        masker=masker,
+    )
+    return written
+
+
+def test_follow_masks_a_secret_the_server_wrote_in_two_pieces() -> None:
+    # F3: masking was per write, so a secret split across two polls was printed whole
+    written = _follow(["INFO token hf_REDTEAMRO", "TATEDNEW000 end\n", "INFO next\n"], MASKER)
+    shown = "".join(written)
+    assert shown == "INFO token *** end\nINFO next\n"
+    assert not any("hf_REDTEAM" in w or "TATEDNEW000" in w for w in written)
+
+
+def test_follow_shows_a_secret_s_held_back_start_as_stars_when_it_ends() -> None:
+    written = _follow(["INFO token hf_REDTEAMRO"], MASKER)
+    assert "".join(written) == "INFO token ***"
+
+
+MASKER = Masker(["hf_REDTEAMROTATEDNEW000", SECRET])
+
+
+@given(
+    text=st.lists(
+        st.sampled_from(["INFO ", "x", "\n", "hf_RED", "TEAMRO", "TATEDNEW000", SECRET, "pw-"]),
+        max_size=30,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+)
+def test_a_stream_masks_like_the_whole_text_however_it_is_split(
+    text: list[str], cuts: list[int]
+) -> None:
+    whole = "".join(text) + "\n"
+    bounds = sorted({min(c, len(whole)) for c in cuts} | {0, len(whole)})
+    stream = MASKER.stream()
+    shown = [stream.feed(whole[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    assert "".join(shown) + stream.flush() == MASKER(whole)
+    assert stream.pending == ""

@@ -17,6 +17,7 @@ from kimi_ops.defaults import (
 from kimi_ops.diagnose import Diagnosis, LogDiagnoser
 from kimi_ops.errors import StepFailed
 from kimi_ops.profile import Profile
+from kimi_ops.redact import Masker
 from kimi_ops.shell import quote as q
 
 from ..host import Host
@@ -70,28 +71,36 @@ def follow_log(
     step: str = "logs",
     sleep: Sleep = time.sleep,
     until: Callable[[], bool] = lambda: False,
-    mask: Callable[[str], str] = MASKER,
+    masker: Masker = MASKER,
 ) -> None:
     """Print new log bytes as they arrive (reads from an offset; Ctrl-C ends it), each line
-    cut to ``kimi.log_line_limit`` characters after its secrets are masked."""
+    cut to ``kimi.log_line_limit`` characters after its secrets are masked. A secret the server
+    wrote in two pieces (read by two polls) is masked whole: the stream masker holds back a
+    tail that may be the start of a secret until the next piece shows whether it is; when the
+    follow ends, such a tail is shown as ``***``."""
     r = _run_dir(p)
     offset = -1
     decoder, capper = vfy.log_decoder(), logview.LineCapper(p.log_line_limit)
-    while not until():
-        if offset < 0:
-            size = h.run(vfy.poll_command(r, 0, 0), step=step, mutating=False)
-            offset = max(0, vfy.parse_poll(size.stdout).log_size)
-        out = h.run(vfy.poll_command(r, offset), step=step, mutating=False)
-        facts = vfy.parse_poll(out.stdout, decoder)
-        if facts.log_size >= 0 and facts.log_size < offset:
-            offset = 0
-            decoder = vfy.log_decoder()
-            continue
-        if facts.read:
-            write(capper.feed(mask(facts.chunk)))
-            offset += facts.read
-        else:
-            sleep(p.poll_interval)
+    stream = masker.stream()
+    try:
+        while not until():
+            if offset < 0:
+                size = h.run(vfy.poll_command(r, 0, 0), step=step, mutating=False)
+                offset = max(0, vfy.parse_poll(size.stdout).log_size)
+            out = h.run(vfy.poll_command(r, offset), step=step, mutating=False)
+            facts = vfy.parse_poll(out.stdout, decoder)
+            if facts.log_size >= 0 and facts.log_size < offset:  # a new log: start over
+                write(capper.feed(stream.flush()))
+                offset = 0
+                decoder = vfy.log_decoder()
+                continue
+            if facts.read:
+                write(capper.feed(stream.feed(facts.chunk)))
+                offset += facts.read
+            else:
+                sleep(p.poll_interval)
+    finally:
+        write(capper.feed(stream.flush()))
 
 
 def diagnose_host_log(

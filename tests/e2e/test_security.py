@@ -8,6 +8,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import stat
 import subprocess
 import threading
@@ -361,3 +362,41 @@ def test_a_custom_secret_pattern_keeps_the_default_ones(dep: Deployment) -> None
     assert token not in run.output, run.describe()
     assert token not in (dep.run_dir / "launch.sh").read_text()
     assert f"HF_TOKEN={token}" in (dep.run_dir / "server.env").read_text()
+
+
+def test_logs_follow_masks_a_secret_the_server_wrote_in_two_pieces(
+    dep: Deployment, tmp_path: Path
+) -> None:
+    # red-team F3: masking was per write, so a secret split across two polls was printed whole
+    token = "hf_" + secrets.token_hex(12)
+    dep.run_dir.mkdir()
+    log = dep.run_dir / "current.log"
+    log.write_text("INFO old line\n")
+    config_path = tmp_path / "cfg.json"
+    config_path.write_text(json.dumps(dep.config(env={"HF_TOKEN": token}, poll_interval=0.2)))
+    cmd = [str(fab_executable()), *fab_host_args(dep.sshd), "-f", str(config_path)]
+    proc = subprocess.Popen(
+        [*cmd, "logs", "--follow", "--lines", "1"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(2.0)  # fab connected and follows
+        pieces = (f"INFO split token {token[:9]}", f"{token[9:]} end\n", f"INFO whole {token}\n")
+        for piece in pieces:
+            with log.open("a") as fh:
+                fh.write(piece)
+            time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C ends the follow
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert "INFO split token *** end" in out and "INFO whole ***" in out, (out, err)
+    assert token[:9] not in out + err and token[9:] not in out + err, (out, err)
