@@ -9,6 +9,7 @@ replaces each known secret value with ``***``.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -108,6 +109,36 @@ def config_secrets(config: Mapping[str, Any], environ: Mapping[str, str]) -> set
         if isinstance(args, (list, tuple)):
             found |= set(flag_secrets(args))
     return {v for v in found if v}
+
+
+#: Where Invoke's debug log shows configuration data: ``Runtime config file (PATH): {...}``,
+#: ``Overrides: {...}``, ``Environment variable config: {...}`` (a Python repr).
+_LOGGED_DATA = ": {"
+
+
+def secrets_in_logged_config(message: str, environ: Mapping[str, str]) -> set[str] | None:
+    """The secrets a ``kimi`` section in an Invoke debug message brings in (``fab -d`` logs each
+    config file's data, and the merged levels, as a repr, before any task has run and learnt
+    them). None when the message shows a ``kimi`` section that cannot be read back (a YAML date,
+    say): then it must not be shown at all."""
+    start = message.find(_LOGGED_DATA)
+    if start < 0 or "kimi" not in message[start:]:
+        return set()
+    try:
+        data = ast.literal_eval(message[start + 2 :])
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(data, Mapping):
+        return None
+    kimi = data.get("kimi")
+    return config_secrets(kimi, environ) if isinstance(kimi, Mapping) else set()
+
+
+def hide_logged_data(message: str) -> str:
+    """``message`` without its config data (see :func:`secrets_in_logged_config`)."""
+    start = message.find(_LOGGED_DATA)
+    head = message if start < 0 else message[:start]
+    return f"{head}: {{...}} (not shown: kimi-ops cannot read it to mask its secrets)"
 
 
 def _strings(value: Any) -> set[str]:

@@ -13,9 +13,10 @@ from invoke import Collection
 
 from kimi_ops.defaults import DEFAULTS
 
-from . import cli, config_files, demo, router
+from . import cli, config_files, demo, masking, router
 
 config_files.install()  # a missing -f file, a misspelled section, a YAML error: one line
+masking.install_logging()  # fab -d: Invoke logs the config files (secrets too) after this import
 
 ns = Collection()
 for _task in (

@@ -4,18 +4,26 @@
 (:func:`kimi_ops.redact.config_secrets`: secret-named ``env`` values, the API key, ``secret_env``
 variables, ``--api-key`` in ``extra_args``) and wraps ``sys.stdout`` and ``sys.stderr`` so each
 write shows them as ``***``: step results, diffs (an old launch script that still held a token),
-JSON, errors, log lines from the host, tracebacks under ``fab -d``. The launch script and the
+JSON, errors, log lines from the host, tracebacks under ``fab -d``. Log records (``fab -d``:
+Invoke's debug log, bound to stderr before the wrap) pass a :class:`MaskingFilter`, installed
+when ``tasks`` is imported, before Invoke loads and logs the config files. The launch script and the
 preflight report leave secret-named values out by construction; this is the net under them.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from kimi_ops.redact import Masker, config_secrets
+from kimi_ops.redact import (
+    Masker,
+    config_secrets,
+    hide_logged_data,
+    secrets_in_logged_config,
+)
 
 MASKER = Masker()
 
@@ -39,11 +47,45 @@ class MaskingStream:
         return getattr(self._stream, name)
 
 
+class MaskingFilter(logging.Filter):
+    """Masks every log record (``fab -d`` is Invoke's DEBUG logging, whose handler writes to
+    the stderr it was given before the masker wrapped it). Invoke logs each config file's data
+    while loading it, before any task learnt its secrets: the filter learns them from that
+    data first (:func:`kimi_ops.redact.secrets_in_logged_config`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.name.startswith("invoke") and getattr(record, "module", "") == "config":
+            found = secrets_in_logged_config(message, os.environ)
+            if found is None:
+                message = hide_logged_data(message)
+            else:
+                MASKER.add(found)
+        record.msg, record.args = MASKER(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = MASKER(record.exc_text)
+        return True
+
+
+FILTER = MaskingFilter()
+
+
+def install_logging() -> None:
+    """Mask log records: on Invoke's logger (whatever handler it reaches) and on each handler
+    of the root logger (paramiko, fabric, ...). Safe to call more than once."""
+    for target in (logging.getLogger("invoke"), *logging.getLogger().handlers):
+        if FILTER not in target.filters:
+            target.addFilter(FILTER)
+
+
 def install(config: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Masker:
     """Learn the secrets of ``config`` (the raw ``kimi`` section, plus command-line overrides)
     and make sure stdout and stderr mask them. Safe to call more than once."""
     merged = {**dict(config), **{k: v for k, v in (overrides or {}).items() if v is not None}}
     MASKER.add(config_secrets(merged, os.environ))
+    install_logging()
     if not isinstance(sys.stdout, MaskingStream):
         sys.stdout = MaskingStream(sys.stdout, MASKER)  # type: ignore[assignment]
     if not isinstance(sys.stderr, MaskingStream):

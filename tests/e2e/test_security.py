@@ -400,3 +400,14 @@ def test_logs_follow_masks_a_secret_the_server_wrote_in_two_pieces(
             proc.communicate()
     assert "INFO split token *** end" in out and "INFO whole ***" in out, (out, err)
     assert token[:9] not in out + err and token[9:] not in out + err, (out, err)
+
+
+def test_fab_debug_logging_masks_the_config_s_secrets(dep: Deployment) -> None:
+    # red-team F2: `fab -d` printed every config file's data, each secret in it, unmasked
+    token, key, password = (f"{p}{secrets.token_hex(8)}" for p in ("hf_", "sk-", "pw'\\"))
+    config = dep.config(env={"HF_TOKEN": token, "MY_DB_PASSWORD": password}, api_key=key)
+    run = run_fab(dep.sshd, "-d", "status", config=config)
+    assert "Runtime config file (" in run.output, run.describe()  # the debug log is there
+    assert "'HF_TOKEN': '***'" in run.output and "'api_key': '***'" in run.output, run.describe()
+    for secret in (token, key, password, repr(password)[1:-1], token[3:12], key[3:12]):
+        assert secret not in run.output, run.describe()
