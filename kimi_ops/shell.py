@@ -24,6 +24,29 @@ def quote(value: object) -> str:
     return f'"${NL_VAR}"'.join(shlex.quote(part) if part else "" for part in text.split("\n"))
 
 
+#: Characters ANSI-C quoting ($'...') writes as an escape.
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def file_quote(value: object) -> str:
+    """A value for one ``NAME=value`` line of a file bash sources (the 0600 server.env): as
+    shlex.quote, but a value with a newline or another control character (a PEM key) is
+    written in bash's ANSI-C quoting, ``$'...\\n...'``, so the line stays one line and needs no
+    helper variable (``$kimi_ops_nl`` is defined only in one-line commands)."""
+    text = str(value)
+    if not any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c in _ANSI_C:
+            out.append(_ANSI_C[c])
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
+
+
 def one_line(command: str) -> str:
     """``command`` with the newline variable defined if it uses it; raises if multi-line."""
     if "\n" in command:

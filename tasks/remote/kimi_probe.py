@@ -12,11 +12,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 import urllib.error
 import urllib.request
 from typing import Any
+
+_ANSI_C_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", "'": "'"}
+
+
+def _ansi_c(body: str) -> str:
+    """The value of bash's ``$'...'`` quoting as kimi-ops writes it (a value with a newline)."""
+
+    def one(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        if esc.startswith("x") and len(esc) > 1:
+            return chr(int(esc[1:], 16))
+        return _ANSI_C_ESCAPES.get(esc, "\\" + esc)
+
+    return re.sub(r"\\(x[0-9a-fA-F]{1,2}|.)", one, body, flags=re.DOTALL)
+
+
+def _env_value(value: str) -> str:
+    if value.startswith("$'") and value.endswith("'") and len(value) >= 3:
+        return _ansi_c(value[2:-1])
+    try:
+        parts = shlex.split(value) if value else [""]
+    except ValueError:
+        return ""
+    return parts[0] if parts else ""
 
 
 def read_env_file(path: str) -> dict[str, str]:
@@ -30,8 +55,7 @@ def read_env_file(path: str) -> dict[str, str]:
                 if "=" not in line or line.startswith("#"):
                     continue
                 name, _, value = line.partition("=")
-                parts = shlex.split(value) if value else [""]
-                env[name.strip()] = parts[0] if parts else ""
+                env[name.strip()] = _env_value(value)
     except OSError:
         pass
     return env

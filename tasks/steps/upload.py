@@ -23,6 +23,7 @@ from kimi_ops.preflight import (
 )
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, ok, skipped
+from kimi_ops.shell import file_quote
 from kimi_ops.shell import quote as q
 
 from ..host import Host
@@ -30,7 +31,9 @@ from .common import _probe_command, _resource, _run_dir
 
 
 def env_file_text(values: dict[str, str]) -> str:
-    return "".join(f"export {k}={q(v)}\n" for k, v in sorted(values.items()))
+    """The 0600 env file bash sources: one ``export NAME=value`` line per value (a value with
+    a newline in ANSI-C quoting: :func:`kimi_ops.shell.file_quote`)."""
+    return "".join(f"export {k}={file_quote(v)}\n" for k, v in sorted(values.items()))
 
 
 def upload_files(

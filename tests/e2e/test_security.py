@@ -411,3 +411,20 @@ def test_fab_debug_logging_masks_the_config_s_secrets(dep: Deployment) -> None:
     assert "'HF_TOKEN': '***'" in run.output and "'api_key': '***'" in run.output, run.describe()
     for secret in (token, key, password, repr(password)[1:-1], token[3:12], key[3:12]):
         assert secret not in run.output, run.describe()
+
+
+def test_a_secret_with_a_newline_reaches_the_server_intact(dep: Deployment) -> None:
+    # red-team F10: server.env held pw"$kimi_ops_nl"..., an unbound variable: never started
+    password = f"pw-{secrets.token_hex(6)}\nSECOND-LINE 'q' \\ end"
+    run = run_fab(dep.sshd, "deploy", config=dep.config(env={"MY_PASSWORD": password}))
+    dep.remember_server()
+    assert run.ok, run.describe()
+    assert password.split("\n")[0] not in run.output, run.describe()
+    env_file = dep.run_dir / "server.env"
+    sourced = subprocess.run(
+        ["bash", "-c", f'set -euo pipefail; set -a; . {env_file}; printf %s "$MY_PASSWORD"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert sourced.stdout == password
