@@ -175,7 +175,7 @@ class Masker:
         self.values: set[str] = set()
         self.forms: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
-        self._prefixes: set[str] = set()
+        self._starts: dict[str, list[str]] = {}  # first character -> the forms it begins
         self._longest = 0
         self.add(values)
 
@@ -186,8 +186,10 @@ class Masker:
             self.forms = set().union(*(escaped_forms(v) for v in self.values))
             ordered = sorted(self.forms, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
-            self._prefixes = {f[:i] for f in self.forms for i in range(1, len(f))}
             self._longest = len(ordered[0])
+            self._starts: dict[str, list[str]] = {}
+            for form in ordered:
+                self._starts.setdefault(form[0], []).append(form)
 
     def __call__(self, text: str) -> str:
         if self._pattern is None or not text:
@@ -219,7 +221,9 @@ class Masker:
     def _hold_from(self, raw: str, pos: int) -> int:
         """The first index from ``pos`` where a secret could begin and run past the end."""
         for r in range(max(pos, len(raw) - self._longest + 1), len(raw)):
-            if raw[r:] in self._prefixes:
+            tail = raw[r:]
+            forms = self._starts.get(raw[r], ())
+            if any(len(f) > len(tail) and f.startswith(tail) for f in forms):
                 return r
         return len(raw)
 
