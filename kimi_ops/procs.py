@@ -29,6 +29,7 @@ from ``/proc/PID/cmdline`` (NUL-separated) and only the ``KIMI_OPS_*`` variables
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -83,8 +84,18 @@ def _unescape(text: str) -> str:
     return _UNESCAPE.sub(lambda m: _UNESCAPES.get(m.group(1), "\\" + m.group(1)), text)
 
 
-def _norm_dir(path: str) -> str:
-    return path.rstrip("/") or "/"
+def norm_dir(path: str) -> str:
+    """``path`` normalised as a directory name: ``a//b``, ``a/./b``, ``a/b/`` and ``a/c/../b``
+    all become ``a/b`` (``posixpath.normpath``; a leading ``//`` becomes ``/``). Every task compares
+    and builds paths from this form, so ``stop --run-dir /srv/x//run`` means ``/srv/x/run``.
+    A leading ``~`` is kept (the host expands it)."""
+    if not path:
+        return path
+    out = posixpath.normpath(path)
+    return "/" + out.lstrip("/") if out.startswith("//") else out
+
+
+_norm_dir = norm_dir
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from .defaults import DEFAULTS, STANDIN_DEFAULTS
 from .errors import ProfileError
+from .procs import norm_dir
 from .redact import (
     MASK,
     Masker,
@@ -223,8 +224,9 @@ class Profile:
         return f"Profile({self.to_public_dict()!r})"
 
     def with_run_dir(self, run_dir: str) -> Profile:
-        """The same profile with ``run_dir`` resolved (e.g. ``~`` expanded on the host)."""
-        return _replace(self, run_dir=run_dir)
+        """The same profile with ``run_dir`` resolved (e.g. ``~`` expanded on the host) and
+        normalised (:func:`kimi_ops.procs.norm_dir`)."""
+        return _replace(self, run_dir=norm_dir(run_dir))
 
     def for_host(self, names: str | Sequence[str]) -> Profile:
         """The profile with every ``host_overrides`` entry whose key is one of ``names`` applied,
@@ -531,7 +533,7 @@ def load_profile(
         trust_remote_code=_bool("trust_remote_code", data["trust_remote_code"]),
         env=_env("env", data["env"]),
         extra_args=_extra_args(data["extra_args"]),
-        run_dir=_str("run_dir", data["run_dir"]) or "",
+        run_dir=norm_dir(_str("run_dir", data["run_dir"]) or ""),
         keep_logs=keep_logs,
         startup_timeout=_num("startup_timeout", data["startup_timeout"]),
         stall_timeout=_num("stall_timeout", data["stall_timeout"]),

@@ -16,6 +16,7 @@ from kimi_ops.procs import (
     Listing,
     Proc,
     format_row,
+    norm_dir,
     owned_processes,
     parse_listing,
     parse_ps,
@@ -354,3 +355,27 @@ def test_a_reused_pidfile_pid_leading_a_foreign_session_gives_nothing() -> None:
         )
     )
     assert owned_processes(listing, A, pidfile_pid=500, port=8000).pids == []
+
+
+# --- r2 F9: a non-normalised run_dir names the same deployment ----------------------------------
+
+
+@pytest.mark.parametrize("spelled", [A + "//", "/srv//kimi-a", "/srv/./kimi-a", "/srv/x/../kimi-a"])
+def test_a_run_dir_spelled_with_extra_slashes_or_dots_owns_its_server(spelled: str) -> None:
+    listing = Listing((Proc(100, 1, 100, ("vllm", "serve", "/m"), 100, _env(A)),))
+    sel = owned_processes(listing, spelled, pidfile_pid=100, current_launch_id="L1", port=8000)
+    assert sel.pids == [100] and sel.foreign == ()
+
+
+@pytest.mark.parametrize(
+    ("path", "normal"),
+    [
+        ("/srv/s1//run", "/srv/s1/run"),
+        ("/srv/s1/./run/", "/srv/s1/run"),
+        ("//srv/run", "/srv/run"),
+        ("~//kimi-ops/./run", "~/kimi-ops/run"),
+        ("/", "/"),
+    ],
+)
+def test_norm_dir(path: str, normal: str) -> None:
+    assert norm_dir(path) == normal

@@ -131,3 +131,12 @@ def test_extra_args_may_not_put_the_hf_token_on_the_command_line(
 def test_extra_args_values_that_only_look_like_owned_flags_are_kept() -> None:
     args = ["--max-model-len", "4096", "--chat-template", "uses --port in text", "--portal"]
     assert load_profile({"extra_args": args}).extra_args == tuple(args)
+
+
+def test_run_dir_is_normalised_so_every_task_names_the_same_directory() -> None:
+    """r2 F9: `stop --run-dir /srv/s1//run` must act on the deployment in /srv/s1/run."""
+    assert load_profile({"run_dir": "/srv/s1//run"}).run_dir == "/srv/s1/run"
+    assert load_profile({"run_dir": "/srv/s1/./run/"}).run_dir == "/srv/s1/run"
+    assert load_profile({"run_dir": "~/kimi-ops"}).run_dir == "~/kimi-ops"
+    p = load_profile({"run_dir": "~/kimi-ops"}).with_run_dir("/home/u//kimi-ops/.")
+    assert p.run_dir == "/home/u/kimi-ops"
