@@ -29,6 +29,8 @@ from ``/proc/PID/cmdline`` (NUL-separated) and only the ``KIMI_OPS_*`` variables
 
 from __future__ import annotations
 
+import base64
+import binascii
 import posixpath
 import re
 import shlex
@@ -566,3 +568,142 @@ def parse_signal_output(text: str) -> tuple[list[int], list[int]]:
         if len(parts) == 2 and _DIGITS.match(parts[1]):
             (sent if parts[0] == "sent" else gone).append(int(parts[1]))
     return sent, gone
+
+
+# --- the pidfile's process --------------------------------------------------------------------
+
+#: Seconds a process may seem to have started after its pidfile was written and still be the
+#: pidfile's server. The launch script writes ``$$`` into the pidfile and then ``exec``\ s the
+#: server, so the server started before its pidfile; the start time read here is whole-second
+#: coarse (``/proc/stat``'s btime; the pidfile's mtime in whole seconds), hence the slack.
+PIDFILE_START_SLACK = 5.0
+
+
+def pidfile_process_command(pidfile: str) -> str:
+    """Shell, run after the caller set ``$pid`` from ``pidfile`` (a shell word, already quoted):
+    the facts that say whether ``$pid`` is still the process the pidfile was written for.
+
+    Prints ``pf_mtime=`` (the pidfile's mtime), ``pf_boot=`` (btime), ``pf_hz=`` (CLK_TCK), and
+    when ``/proc/$pid`` exists: ``pf_stat=STATE STARTTIME`` (``/proc/PID/stat`` fields 3 and 22),
+    ``pf_argv=`` (the exact NUL-separated ``/proc/PID/cmdline``, base64) and, when the
+    environment is readable, ``pf_env=`` (its ``KIMI_OPS_*`` lines, base64; never other
+    variables, which may hold secrets)."""
+    return (
+        'case "$pid" in ""|*[!0-9]*) ;; *) '
+        f'echo "pf_mtime=$(stat -c %Y {pidfile} 2>/dev/null)"; '
+        "echo \"pf_boot=$(sed -n 's/^btime //p' /proc/stat 2>/dev/null)\"; "
+        'echo "pf_hz=$(getconf CLK_TCK 2>/dev/null)"; '
+        'if { read -r pf_s < "/proc/$pid/stat"; } 2>/dev/null; then '
+        "pf_s=${pf_s##*') '}; set -- $pf_s; "
+        'echo "pf_stat=$1 ${20}"; '
+        'echo "pf_argv=$(base64 -w0 < "/proc/$pid/cmdline" 2>/dev/null)"; '
+        'if pf_e=$(tr "\\000" "\\n" < "/proc/$pid/environ" 2>/dev/null); then '
+        "echo \"pf_env=$(printf '%s\\n' \"$pf_e\" | grep -a '^KIMI_OPS_' | base64 -w0)\"; "
+        "fi; fi;; esac"
+    )
+
+
+def _b64(text: str) -> bytes | None:
+    try:
+        return base64.b64decode(text.strip(), validate=False)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None and text.strip() else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class PidfileProcess:
+    """The pidfile's PID and what runs under it now (:func:`parse_pidfile_process`).
+
+    ``argv`` is exact (NUL-split, so an argument with a space stays one argument); ``env`` holds
+    only ``KIMI_OPS_*`` (None: unreadable); ``start`` and ``mtime`` are epoch seconds (None:
+    unknown)."""
+
+    pid: int | None
+    alive: bool = False
+    argv: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] | None = None
+    start: float | None = None
+    mtime: float | None = None
+
+    @property
+    def run_dir(self) -> str | None:
+        value = dict(self.env or ()).get(RUN_DIR_VAR)
+        return norm_dir(value) if value is not None else None
+
+    @property
+    def started_after_pidfile(self) -> bool:
+        """The process started after its pidfile was written: the PID was reused."""
+        if self.start is None or self.mtime is None:
+            return False
+        return self.start > self.mtime + PIDFILE_START_SLACK
+
+    def foreign(self, run_dir: str) -> bool:
+        """The live process under the PID is not the one the pidfile names: its environment
+        names another run_dir, or (without this run_dir in it) it started after the pidfile."""
+        if not self.alive:
+            return False
+        if self.run_dir is not None and run_dir:
+            return self.run_dir != norm_dir(run_dir)
+        return self.started_after_pidfile
+
+    def owner_pid(self, run_dir: str) -> int | None:
+        """The PID to trust as the pidfile's (for :func:`owned_processes`): None when reused."""
+        return None if self.foreign(run_dir) else self.pid
+
+    def ended(self, run_dir: str) -> bool:
+        """The pidfile names a server that is gone: its PID is not alive, or was reused. Such a
+        pidfile must go (:func:`remove_pidfile_command`), or a later run trusts a reused PID."""
+        return self.pid is not None and (not self.alive or self.foreign(run_dir))
+
+    def server_alive(self, run_dir: str) -> bool:
+        """The pidfile's server lives: the PID is alive, is not a reused PID, and runs a vLLM
+        server (or a process vLLM renamed)."""
+        return (
+            self.alive
+            and not self.foreign(run_dir)
+            and (server_args(self.argv) is not None or is_vllm_title(self.argv))
+        )
+
+
+def parse_pidfile_process(values: Mapping[str, str], pid_key: str = "pid") -> PidfileProcess:
+    """From the ``key=value`` lines of :func:`pidfile_process_command` (and ``pid_key``, the
+    PID the caller read from the pidfile). Output of an older command that printed
+    ``args=`` (``ps -o args=``, split on whitespace) is still read, without the time check."""
+    pid_text = values.get(pid_key, "").strip()
+    pid = int(pid_text) if _DIGITS.match(pid_text) else None
+    if pid is None:
+        return PidfileProcess(None)
+    stat = values.get("pf_stat", "").split()
+    argv: tuple[str, ...] = ()
+    if "pf_argv" in values:
+        raw = _b64(values["pf_argv"]) or b""
+        parts = raw.decode("utf-8", "replace").split("\0")
+        while parts and parts[-1] == "":
+            parts.pop()
+        argv = tuple(parts)
+        alive = bool(stat) and not stat[0].startswith(("Z", "X"))
+    elif values.get("args"):
+        argv = tuple(values["args"].split())
+        alive = True
+    else:
+        alive = False
+    env: tuple[tuple[str, str], ...] | None = None
+    if "pf_env" in values:
+        lines = (_b64(values["pf_env"]) or b"").decode("utf-8", "replace").split("\n")
+        env = tuple((name, value) for name, eq, value in (ln.partition("=") for ln in lines) if eq)
+    boot, hz = _number(values.get("pf_boot")), _number(values.get("pf_hz"))
+    ticks = _number(stat[1]) if len(stat) > 1 else None
+    start = boot + ticks / hz if boot is not None and hz and ticks is not None else None
+    return PidfileProcess(pid, alive, argv, env, start, _number(values.get("pf_mtime")))
+
+
+def remove_pidfile_command(pidfile: str, pid: int) -> str:
+    """Remove ``pidfile`` (a shell word) if it still holds ``pid`` (a new launch's is kept)."""
+    return f'if [ "$(head -n 1 {pidfile} 2>/dev/null)" = "{int(pid)}" ]; then rm -f {pidfile}; fi'

@@ -26,7 +26,7 @@ from .defaults import (
     STANDIN_CONFIG,
     STANDIN_SCRIPT,
 )
-from .procs import LAUNCH_ID_VAR, RUN_DIR_VAR
+from .procs import LAUNCH_ID_VAR, RUN_DIR_VAR, pidfile_process_command
 from .profile import Profile
 from .shell import quote
 
@@ -221,8 +221,8 @@ def running_state_command(run_dir: str) -> str:
         f'if [ -n "$id" ]; then echo "digest=$(cut -d" " -f1 {r}/{LOG_DIR}/"$id".sha256 '
         '2>/dev/null)"; fi; '
         f'pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); echo "pid=$pid"; '
-        'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
-        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; true'
+        + pidfile_process_command(f"{r}/{PIDFILE}")
+        + "; true"
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from .defaults import CURRENT_LOG, LAUNCH_ID_FILE, PIDFILE
 from .diagnose import Diagnosis, LogDiagnoser
 from .hoststate import STOP_MARKER, parse_stop_marker, stopped_by, stopped_outside
-from .procs import is_vllm_title, server_args
+from .procs import parse_pidfile_process, pidfile_process_command
 from .shell import quote as q
 
 #: The most log bytes one poll reads.
@@ -38,8 +38,8 @@ def poll_command(run_dir: str, offset: int, max_bytes: int = MAX_POLL_BYTES) -> 
         f'pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); echo "pid=$pid"; '
         f'echo "launch_id=$(cat {r}/{LAUNCH_ID_FILE} 2>/dev/null)"; '
         f'echo "stop=$(head -n 1 {r}/{STOP_MARKER} 2>/dev/null)"; '
-        'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
-        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
+        + pidfile_process_command(f"{r}/{PIDFILE}")
+        + "; "
         f"if [ -e {log} ]; then s=$(stat -L -c %s {log}); else s=-1; fi; "
         f"n=$((s-{off})); if [ $n -gt {int(max_bytes)} ]; then n={int(max_bytes)}; fi; "
         "if [ $n -lt 0 ]; then n=0; fi; "
@@ -70,9 +70,16 @@ class PollFacts:
         return self.log_size >= 0
 
 
-def parse_poll(text: str, decoder: codecs.IncrementalDecoder | None = None) -> PollFacts:
+def parse_poll(
+    text: str, decoder: codecs.IncrementalDecoder | None = None, run_dir: str = ""
+) -> PollFacts:
     """What a :func:`poll_command` printed. Pass the same ``decoder`` (:func:`log_decoder`) for
-    every poll of one log, so a character split between two polls is decoded whole."""
+    every poll of one log, so a character split between two polls is decoded whole.
+
+    Alive means the pidfile's PID runs a server by its exact argv (an argument with a space in
+    it stays whole), and is not a reused PID: not another run_dir's (its ``KIMI_OPS_RUN_DIR``
+    when ``run_dir`` is given), not started after the pidfile was written
+    (:meth:`kimi_ops.procs.PidfileProcess.server_alive`)."""
     head, sep, encoded = text.partition("@@log\n")
     if not sep:
         head, encoded = text, ""
@@ -84,11 +91,10 @@ def parse_poll(text: str, decoder: codecs.IncrementalDecoder | None = None) -> P
     values: dict[str, str] = {}
     for line in head.splitlines():
         key, eq, value = line.partition("=")
-        if eq and key in ("pid", "args", "size", "read", "launch_id", "stop"):
+        if eq and (key in ("pid", "args", "size", "read", "launch_id", "stop") or key[:3] == "pf_"):
             values[key] = value
     pid_text = values.get("pid", "").strip()
-    args = values.get("args")
-    alive = args is not None and (server_args(args) is not None or is_vllm_title(args))
+    alive = parse_pidfile_process(values).server_alive(run_dir)
     return PollFacts(
         pid=int(pid_text) if pid_text.isdigit() else None,
         alive=alive,

@@ -29,6 +29,7 @@ from kimi_ops.shell import quote as q
 
 from .host import Host
 from .steps import _probe_command
+from .steps.processes import pidfile_process
 
 #: Bytes of the current log status reads for the diagnosis.
 LOG_TAIL_BYTES = 262144
@@ -40,8 +41,11 @@ def _run_dir(p: Profile) -> str:
 
 def mark_stopping(h: Host, p: Profile, *, step: str) -> None:
     """Before ending the server: mark its launch as ended on purpose by this run (who, which
-    process, which step, when). Written only while the server lives."""
+    process, which step, when). Written only while the pidfile's server lives: a reused PID
+    (another process under it now) does not turn a crash into a stop."""
     if h.dry:
+        return
+    if not pidfile_process(h, p, step).server_alive(_run_dir(p)):
         return
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     who = f"{getpass.getuser()}@{socket.gethostname()}"
@@ -72,7 +76,7 @@ def _gather_command(r: str, nvidia_smi: str) -> str:
         f'echo "launch_id=$(cat {q(r + "/" + LAUNCH_ID_FILE)} 2>/dev/null)"; '
         f'echo "stop=$(head -n 1 {q(r + "/" + hoststate.STOP_MARKER)} 2>/dev/null)"; '
         'if [ -n "$pid" ]; then echo "etime=$(ps -o etime= -p "$pid" 2>/dev/null | tr -d " ")"; '
-        'echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
+        "fi; " + procs.pidfile_process_command(q(r + "/" + PIDFILE)) + "; "
         f"{STATUS_MEMORY_COMMAND}; "
         f'echo "gpu=$({nvidia_smi} '
         "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
@@ -92,10 +96,10 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
     head, _, rest = out.stdout.partition("@@ps\n")
     ps_text, _, log = rest.partition("@@log\n")
     info = launch_script.parse_key_values(head)
-    args = info.get("args", "")
-    alive = bool(args) and (procs.server_args(args) is not None or procs.is_vllm_title(args))
-    pid_text = info.get("pid", "").strip()
-    pid = int(pid_text) if pid_text.isdigit() else None
+    # The pidfile's server by its exact argv, and only if the PID was not reused since.
+    pidfile = procs.parse_pidfile_process(info)
+    alive = pidfile.server_alive(r)
+    pid = pidfile.pid
     launch_id = info.get("launch_id", "").strip() or None
     facts = StateFacts(
         launch_id=launch_id,
@@ -105,7 +109,11 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
         log_path=f"{r}/{CURRENT_LOG}",
         diagnosis=diagnose(log, {"port": p.port}),
         stop=hoststate.parse_stop_marker(info.get("stop", "")),
-        orphans=tuple(deployment_orphans(procs.parse_listing(ps_text), p, pid, launch_id, alive)),
+        orphans=tuple(
+            deployment_orphans(
+                procs.parse_listing(ps_text), p, pidfile.owner_pid(r), launch_id, alive
+            )
+        ),
     )
     return facts, info
 

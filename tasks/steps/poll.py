@@ -41,7 +41,7 @@ def verify(
     decoder = vfy.log_decoder()
     while True:
         out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
-        facts = vfy.parse_poll(out.stdout, decoder)
+        facts = vfy.parse_poll(out.stdout, decoder, r)
         if facts.log_exists and facts.log_size < state.offset:  # a new log: nothing pending
             decoder = vfy.log_decoder()
         verdict = state.feed_poll(facts, clock() - start)
@@ -54,7 +54,7 @@ def verify(
                 # still holds the deployment lock: a run that lost it never reports ready.
                 # (A dry run prints mutating commands instead of running them: not this read.)
                 out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=not h.dry)
-                facts = vfy.parse_poll(out.stdout)
+                facts = vfy.parse_poll(out.stdout, run_dir=r)
                 recheck = state.feed_poll(facts, clock() - start)
                 if recheck.done:  # replaced, stopped or gone meanwhile
                     verdict = recheck

@@ -19,25 +19,56 @@ from .common import Clock, Sleep, _run_dir
 
 
 def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, str | None]:
-    """One round trip: the pidfile's PID, the current launch id and the process listing."""
+    """One round trip: the pidfile's PID, the current launch id and the process listing.
+
+    The PID is None when it was reused: the process under it now is not the one the pidfile
+    was written for (:meth:`kimi_ops.procs.PidfileProcess.owner_pid`), so nothing is taken
+    as ours for being that PID."""
     r = _run_dir(p)
+    pidfile = q(r + "/" + PIDFILE)
     out = h.run(
-        f"cat {q(r + '/' + PIDFILE)} 2>/dev/null | sed -n '1s/^/pidfile=/p'; "
+        f"cat {pidfile} 2>/dev/null | sed -n '1s/^/pidfile=/p'; "
         f"cat {q(r + '/' + LAUNCH_ID_FILE)} 2>/dev/null | sed -n '1s/^/launch_id=/p'; "
+        f"pid=$(head -n 1 {pidfile} 2>/dev/null); "
+        + procs.pidfile_process_command(pidfile)
+        + "; "
         + procs.LISTING_COMMAND,
         step=step,
         mutating=False,
     )
     head = launch_script.parse_key_values(
-        "\n".join(ln for ln in out.stdout.split("\n") if ln.startswith(("pidfile=", "launch_id=")))
+        "\n".join(
+            ln for ln in out.stdout.split("\n") if ln.startswith(("pidfile=", "launch_id=", "pf_"))
+        )
     )
-    pid_text = head.get("pidfile", "").strip()
     launch_id = head.get("launch_id", "").strip() or None
-    return (
-        procs.parse_listing(out.stdout),
-        int(pid_text) if pid_text.isdigit() else None,
-        launch_id,
+    pidfile_proc = procs.parse_pidfile_process(head, pid_key="pidfile")
+    return procs.parse_listing(out.stdout), pidfile_proc.owner_pid(r), launch_id
+
+
+def pidfile_process(h: Host, p: Profile, step: str) -> procs.PidfileProcess:
+    """The pidfile's PID and what runs under it now (one round trip)."""
+    pidfile = q(_run_dir(p) + "/" + PIDFILE)
+    out = h.run(
+        f'pid=$(head -n 1 {pidfile} 2>/dev/null); echo "pid=$pid"; '
+        + procs.pidfile_process_command(pidfile)
+        + "; true",
+        step=step,
+        mutating=False,
     )
+    return procs.parse_pidfile_process(launch_script.parse_key_values(out.stdout))
+
+
+def forget_ended_server(h: Host, p: Profile, step: str) -> None:
+    """Remove the pidfile once the server it names is gone (or its PID was reused), so no later
+    run takes a recycled PID for this deployment's server."""
+    found = pidfile_process(h, p, step)
+    if found.pid is not None and found.ended(_run_dir(p)):
+        h.run(
+            procs.remove_pidfile_command(q(_run_dir(p) + "/" + PIDFILE), found.pid),
+            step=step,
+            check=False,
+        )
 
 
 def owned(h: Host, p: Profile, step: str) -> procs.Selection:
@@ -60,6 +91,8 @@ def kill_stale(
     selection = owned(h, p, step)
     foreign = tuple(selection.describe_foreign())
     if not selection.targets:
+        if not h.dry:
+            forget_ended_server(h, p, step)
         return ok(
             step,
             f"no process of this deployment ({_run_dir(p)}, port {p.port}) is running",
@@ -97,6 +130,7 @@ def kill_stale(
                 hint="a process in uninterruptible sleep (D state) may be stuck in the GPU "
                 "driver; check `ps -o pid,stat,args -p PID` and nvidia-smi",
             )
+    forget_ended_server(h, p, step)
     how = f"SIGTERM to {len(sent)}"
     if killed:
         how += f", SIGKILL to {len(killed)} after {p.grace_seconds:g} s"

@@ -157,8 +157,7 @@ def running_unchanged(
     state = launch_script.parse_key_values(
         h.run(launch_script.running_state_command(r), step=step, mutating=False).stdout
     )
-    args = state.get("args", "")
-    if not args or procs.server_args(args) is None and not procs.is_vllm_title(args):
+    if not procs.parse_pidfile_process(state).server_alive(r):
         return None
     expected = launch_script.deployment_digest({n: d for n, (d, _) in files.items()})
     if state.get("digest") != expected:
