@@ -196,3 +196,21 @@ def test_a_reused_pid_does_not_turn_a_crash_into_a_stop() -> None:
     conn.on(r"^pid=\$\(head -n 1", stdout=_pf())
     host_state.mark_stopping(_host(conn), PROFILE, step="kill-stale")
     assert conn.ran("stopped.launch")
+
+
+def test_preflight_does_not_count_a_foreign_server_under_a_reused_pid_as_ours() -> None:
+    from kimi_ops.facts import render_sections
+    from tests.test_preflight import make_facts
+
+    facts = make_facts(pidfile="100\n")
+    gathered = render_sections((n, s.rc, s.text) for n, s in facts.sections.items())
+    listing = "self_pid=900\n" + format_row(FOREIGN) + "\n" + format_row(SELF) + "\n"
+
+    def own(started: float) -> tuple[int, ...]:
+        pf = _pf(argv=FOREIGN.argv, started=started)
+        out = f"{gathered}@@kimi-ops:pf\n{pf}@@kimi-ops:ps\n{listing}"
+        conn = ScriptedConnection().on(r"@@kimi-ops:ps", stdout=out)
+        return steps.preflight(_host(conn), PROFILE).own_pids
+
+    assert own(LATER) == ()
+    assert own(MTIME - 1) == (100,)  # the pidfile's own (older kimi-ops) server

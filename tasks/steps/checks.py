@@ -7,6 +7,7 @@ from typing import Any
 
 from kimi_ops import facts as facts_mod
 from kimi_ops import procs
+from kimi_ops.defaults import PIDFILE
 from kimi_ops.facts import HostFacts
 from kimi_ops.preflight import (
     LOG_RESERVE_BYTES,
@@ -18,6 +19,8 @@ from kimi_ops.preflight import (
 )
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, failed, ok
+from kimi_ops.script import parse_key_values
+from kimi_ops.shell import quote as q
 
 from ..host import Host
 from .common import _run_dir
@@ -41,17 +44,27 @@ class PreflightOutcome:
 def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...]]:
     """All preflight facts in one round trip: the gather command and the process listing."""
     ensure_standin(h, p, step=step)
+    r = _run_dir(p)
+    pidfile = q(r + "/" + PIDFILE)
     out = h.run(
-        f"{facts_mod.gather_command(p)}; echo @@kimi-ops:ps; {procs.LISTING_COMMAND}",
+        f"{facts_mod.gather_command(p)}; echo @@kimi-ops:pf; "
+        f'pid=$(head -n 1 {pidfile} 2>/dev/null); echo "pid=$pid"; '
+        f"{procs.pidfile_process_command(pidfile)}; "
+        f"echo @@kimi-ops:ps; {procs.LISTING_COMMAND}",
         step=step,
         check=False,
         mutating=False,
     )
     gathered, _, ps_text = out.stdout.rpartition("@@kimi-ops:ps\n")
+    head, sep, pf_text = gathered.rpartition("@@kimi-ops:pf\n")
+    gathered, pf_text = (head, pf_text) if sep else (gathered, "")
     host_facts = facts_mod.parse_gathered(gathered)
-    own = procs.owned_processes(
-        procs.parse_listing(ps_text), _run_dir(p), host_facts.pidfile_pid, port=p.port
-    )
+    # A reused pidfile PID (the process under it started after the pidfile) is not ours.
+    pidfile_proc = procs.parse_pidfile_process(parse_key_values(pf_text))
+    pidfile_pid = host_facts.pidfile_pid
+    if pidfile_pid is not None and pidfile_proc.pid == pidfile_pid:
+        pidfile_pid = pidfile_proc.owner_pid(r)
+    own = procs.owned_processes(procs.parse_listing(ps_text), r, pidfile_pid, port=p.port)
     return host_facts, tuple(own.pids)
 
 
