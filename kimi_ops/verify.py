@@ -299,7 +299,9 @@ class VerifyState:
             return Verdict("waiting", f"fatal error in the log: {diag.summary}", diag)
         if not facts.alive:
             diag = replace(diag, hint=SILENT_DEATH_HINT) if not diag.failed else diag
-            if facts.pid is None and not self.seen_alive:
+            # No pidfile and a log that got nowhere: it never started. A log that reached a
+            # stage ran a server: stop / kill-stale remove the pidfile once it is gone.
+            if facts.pid is None and not self.seen_alive and diag.stage is None:
                 what = "never started: the launch script wrote no pidfile"
                 return Verdict("never_started", what, diag)
             if not self.seen_alive and diag.stage is None:

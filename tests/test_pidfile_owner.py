@@ -214,3 +214,19 @@ def test_preflight_does_not_count_a_foreign_server_under_a_reused_pid_as_ours() 
 
     assert own(LATER) == ()
     assert own(MTIME - 1) == (100,)  # the pidfile's own (older kimi-ops) server
+
+
+def test_verify_after_kill_stale_dropped_a_crashed_servers_pidfile_says_it_exited() -> None:
+    """kill-stale removes the pidfile of a server that is gone: verify then sees no pidfile,
+    but a log that reached a stage, so the server ran and exited (it did start)."""
+    from kimi_ops.verify import PollFacts, VerifyState
+
+    log = "INFO 12-02 10:00:00 [api_server.py:1] vLLM API server version 0.17.1\n"
+    state = VerifyState("kimi-k2.5", 60, 30)
+    gone = PollFacts(None, False, len(log), len(log), log, launch_id="L1")
+    verdict = state.feed_poll(gone, 1.0)
+    assert verdict.state == "crashed" and "never started" not in verdict.message, verdict
+    # No pidfile and an empty log: the launch script never got as far as the server.
+    fresh = VerifyState("kimi-k2.5", 60, 30)
+    verdict = fresh.feed_poll(PollFacts(None, False, 0, 0, "", launch_id="L1"), 1.0)
+    assert verdict.state == "never_started" and "wrote no pidfile" in verdict.message
