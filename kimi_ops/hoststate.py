@@ -29,6 +29,7 @@ STATE_CODES: dict[str, int] = {
     "crashed": 5,  # gone (or failing) without kimi-ops ending it
     "orphans": 6,  # the server is gone but processes of this deployment are still alive
     "unresponsive": 7,  # alive, its log says it is up, but HTTP does not answer
+    "port_taken": 8,  # alive, but another process listens on its port (whatever answers there)
 }
 
 #: What each state means, for ``fab status --help`` and the README.
@@ -40,6 +41,8 @@ STATE_MEANINGS: dict[str, str] = {
     "crashed": "the server is gone (or its log shows a fatal error) and kimi-ops did not end it",
     "orphans": "the server is gone but processes of this deployment are still alive",
     "unresponsive": "the server process is alive and its log says it is up, but HTTP fails",
+    "port_taken": "the server process is alive, but a process that is not this deployment's "
+    "server listens on its port (named: its PID and command); what answers there is not it",
 }
 
 
@@ -124,12 +127,19 @@ class StateFacts:
     orphans: Sequence[int] = ()  # this deployment's processes alive without its server
     answered: bool | None = None  # the probe's chat completion (None: not probed)
     http: str = ""  # the probe's one-line description
+    #: Another process listens on the port: who (its PID and command); "" when none was seen.
+    port_taken: str = ""
 
 
 def classify(f: StateFacts) -> HostState:
     """The state, checked in order: the live server first, then why there is none."""
     d = f.diagnosis
     if f.alive:
+        if f.port_taken:  # whatever answered HTTP, it was not this server
+            return HostState(
+                "port_taken",
+                f"server PID {f.pid} (launch {f.launch_id}) is alive, but {f.port_taken}",
+            )
         if f.answered:
             return HostState("serving", f"server PID {f.pid} (launch {f.launch_id}) answers")
         if d.failed:

@@ -2,7 +2,10 @@
 
 Each poll reads only the log bytes written since the last one (from an offset), whether the
 server's PID is alive, and, once the log says the server is up, the HTTP checks (health, model
-list, one chat completion with max_tokens=2). Ready means the completion answered.
+list, one chat completion with max_tokens=2). Ready means the completion answered AND the
+process listening on the port is the launched server's (its PID, below it, or in its session:
+:func:`check_port`); another process on the port fails verify naming it (``port_taken``), and a
+listener that cannot be told (another user's, /proc unreadable) is said so beside the ready.
 """
 
 from __future__ import annotations
@@ -10,12 +13,21 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import ipaddress
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .defaults import CURRENT_LOG, LAUNCH_ID_FILE, PIDFILE
 from .diagnose import Diagnosis, LogDiagnoser
+from .facts.ports import (
+    LISTEN_MARK,
+    PortListeners,
+    PortSocket,
+    SocketOwner,
+    listeners_command,
+    parse_listeners,
+)
 from .hoststate import STOP_MARKER, parse_stop_marker, stopped_by, stopped_outside
 from .procs import parse_pidfile_process, pidfile_process_command
 from .shell import quote as q
@@ -164,6 +176,8 @@ class Verdict:
     message: str
     diagnosis: Diagnosis
     probe_due: bool = False
+    #: What the port check found when it did not decide (the listener, or why it is unknown).
+    note: str = ""
 
     @property
     def done(self) -> bool:
@@ -189,6 +203,7 @@ STATES = (
     "stalled",
     "stopped",  # kimi-ops ended this launch on purpose (stop marker)
     "replaced",  # another launch took this run's place (a second deploy)
+    "port_taken",  # a process that is not this deployment's server listens on its port
 )
 
 
@@ -231,12 +246,20 @@ class VerifyState:
             self.seen_alive = True
         return self._decide(facts, now)
 
-    def feed_probe(self, probe: ProbeResult, now: float) -> Verdict:
+    def feed_probe(self, probe: ProbeResult, now: float, port: PortCheck | None = None) -> Verdict:
+        """The HTTP checks, and ``port``: whose socket answered them (:func:`check_port`).
+        Ready needs the completion AND a listener that is not another process's; a port held
+        by another process fails whatever answered. ``port`` None: not checked (said so)."""
         self.last_probe = probe
         diag = self.diagnoser.diagnosis()
+        if port is not None and port.verdict == "foreign":
+            return Verdict("port_taken", port.message, replace(diag, hint=port.hint))
+        note = port.message if port is not None else "port: which process listens was not checked"
         if probe.ready_for(self.served_model_name):
             answer = probe.answer.strip().replace("\n", " ")[:120]
-            return Verdict("ready", f"ready: the chat completion answered {answer!r}", diag)
+            return Verdict(
+                "ready", f"ready: the chat completion answered {answer!r}", diag, note=note
+            )
         if probe.health is None:  # nothing answered HTTP at all (e.g. connection refused)
             return Verdict("waiting", "not answering HTTP yet: " + probe.error, diag)
         return Verdict(
@@ -349,3 +372,132 @@ def probe_command(
     argv = [python, probe_path, "--port", str(port), "--model", model, "--env-file", env_file]
     argv += ["--address", probe_address(bind_host)]
     return " ".join(q(x) for x in argv)
+
+
+def probe_and_listeners_command(
+    python: str, probe_path: str, port: int, model: str, env_file: str, bind_host: str = ""
+) -> str:
+    """The HTTP probe, then (same round trip, right after its answer) who listens on the port
+    (:func:`kimi_ops.facts.ports.listeners_command`). Split with :func:`parse_probe_report`."""
+    probe = probe_command(python, probe_path, port, model, env_file, bind_host)
+    return f"{probe}; {listeners_command(port)}"
+
+
+def parse_probe_report(
+    stdout: str, stderr: str, port: int
+) -> tuple[ProbeResult, PortListeners | None]:
+    """The probe's result and the listener facts from :func:`probe_and_listeners_command`'s
+    output (the listener facts None when its output has none)."""
+    head, sep, _ = stdout.partition(LISTEN_MARK + "\n")
+    listeners = parse_listeners(stdout, port) if sep else None
+    return parse_probe(head + stderr), listeners
+
+
+@dataclass(frozen=True)
+class PortCheck:
+    """Whose socket answered on the port. ``verdict``: ``ours`` (the server's process tree),
+    ``foreign`` (another process: never ready) or ``unknown`` (could not be told: said so)."""
+
+    verdict: str
+    message: str
+    hint: str = ""
+    foreign: tuple[SocketOwner, ...] = ()
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        addr = ipaddress.ip_address(text.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
+
+
+def _reaching(listeners: PortListeners, target: str) -> list[PortSocket]:
+    """The sockets a connection to ``target`` may reach: those bound to it or to its family's
+    wildcard; only when there is none, an IPv6 ``::`` socket for an IPv4 target (dual-stack: a
+    ``::`` socket beside a matching IPv4 one is IPv6-only, or they could not both be bound).
+    Unparsable addresses always count (better a check too many than a listener missed)."""
+    want = _ip(target)
+    exact: list[PortSocket] = []
+    dual: list[PortSocket] = []
+    unsure: list[PortSocket] = []
+    for s in listeners.sockets:
+        addr = _ip(s.address)
+        if addr is None or want is None:
+            unsure.append(s)
+        elif addr == want or (addr.is_unspecified and addr.version == want.version):
+            exact.append(s)
+        elif addr.is_unspecified:
+            dual.append(s)
+    return (exact or dual) + unsure
+
+
+def _owner_line(o: SocketOwner) -> str:
+    return f"PID {o.pid} ({o.args[:160] or 'command unknown'})"
+
+
+def check_port(
+    listeners: PortListeners | None, server_pid: int | None, port: int, bind_host: str = ""
+) -> PortCheck:
+    """Is the process listening where the probe connects (``bind_host``'s :func:`probe_address`)
+    this deployment's server: ``server_pid`` (the pidfile's PID, a session leader: the launch
+    runs it under setsid), a process below it, or one in its session?"""
+    where = f"{probe_address(bind_host)}:{port}"
+    if listeners is None:
+        return PortCheck("unknown", f"port {port}: which process listens was not checked")
+    if not listeners.readable:
+        return PortCheck(
+            "unknown",
+            f"port {port}: /proc/net/tcp could not be read, so which process listens on it is "
+            "unknown (HTTP alone was checked)",
+        )
+    sockets = _reaching(listeners, probe_address(bind_host))
+    if not sockets:
+        return PortCheck(
+            "unknown",
+            f"port {port}: no socket listening on {where} was found in /proc/net/tcp (another "
+            "network namespace?), so which process answered is unknown (HTTP alone was checked)",
+        )
+
+    def ours(o: SocketOwner) -> bool:
+        return server_pid is not None and (server_pid in o.chain or o.sid == server_pid)
+
+    foreign: list[SocketOwner] = []
+    hidden: list[PortSocket] = []
+    holders: list[SocketOwner] = []
+    for s in sockets:
+        owners = listeners.owners_of(s.inode)
+        if not owners:
+            hidden.append(s)
+        elif any(ours(o) for o in owners):
+            holders += [o for o in owners if ours(o)]
+        else:
+            foreign += [o for o in owners if o.pid not in {f.pid for f in foreign}]
+    server = f"PID {server_pid}" if server_pid is not None else "none running"
+    if foreign:
+        names = "; ".join(_owner_line(o) for o in foreign[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        return PortCheck(
+            "foreign",
+            f"port {port} is held by {names}{more}, not by this deployment's server ({server}): "
+            "whatever answers there is not this server",
+            hint=(
+                f"something else is listening on port {port}: stop PID {foreign[0].pid} or set "
+                "kimi.port to a free port, then `fab deploy` (a server that cannot bind its "
+                "port dies with 'address already in use')"
+            ),
+            foreign=tuple(foreign),
+        )
+    if hidden:
+        uids = ", ".join(sorted({str(s.uid) for s in hidden if s.uid is not None})) or "?"
+        why = "find is missing" if listeners.find_missing else "another user's process?"
+        return PortCheck(
+            "unknown",
+            f"port {port}: the socket listening on {where} (uid {uids}) shows no process this "
+            f"user can read ({why}), so whether it is this server is unknown "
+            "(HTTP alone was checked)",
+        )
+    pids = ", ".join(str(p) for p in sorted({o.pid for o in holders}))
+    return PortCheck("ours", f"port {port}: held by PID {pids}, this deployment's server's tree")

@@ -163,20 +163,33 @@ def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, Ho
         "diagnosis": diag.to_dict() if facts.log_exists else None,  # no log: no label
         "memory": memory,
     }
+    port_hint = ""
     if facts.alive:
         probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=60)
-        result = vfy.parse_probe(probe.stdout + probe.stderr)
+        result, listeners = vfy.parse_probe_report(probe.stdout, probe.stderr, p.port)
+        port = vfy.check_port(listeners, facts.pid, p.port, p.host)
         data["health"] = result.health
+        data["port"] = {"check": port.verdict, "message": port.message}
         http = result.describe(p.served_model_name)
         lines.append("http: " + http)
-        facts = replace(facts, answered=result.ready_for(p.served_model_name), http=http)
+        lines.append(port.message)
+        port_hint = port.hint
+        facts = replace(
+            facts,
+            answered=result.ready_for(p.served_model_name),
+            http=http,
+            port_taken=port.message if port.verdict == "foreign" else "",
+        )
         lines.insert(0, f"uptime: {info.get('etime', '?')}")
     state = hoststate.classify(facts)
     data["state"] = state.state
     data["code"] = state.code
     message = f"{state.state}: {state.message}"
     res = ok if state.serving else failed
-    hint = "" if state.serving else diag.hint if diag.failed else _STATE_HINTS[state.state]
+    if state.state == "port_taken":
+        hint = port_hint
+    else:
+        hint = "" if state.serving else diag.hint if diag.failed else _STATE_HINTS[state.state]
     return res(step, message, lines=tuple(lines), data=data, hint=hint), state
 
 

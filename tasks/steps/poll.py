@@ -47,7 +47,9 @@ def verify(
         verdict = state.feed_poll(facts, clock() - start)
         if verdict.probe_due and not verdict.done:
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
-            verdict = state.feed_probe(vfy.parse_probe(res.stdout + res.stderr), clock() - start)
+            answer, listeners = vfy.parse_probe_report(res.stdout, res.stderr, p.port)
+            port = vfy.check_port(listeners, facts.pid, p.port, p.host)
+            verdict = state.feed_probe(answer, clock() - start, port)
             if verdict.ok and expect_launch_id:
                 # The answer came from the port: prove the launch there is still this run's,
                 # and (run through the lock guard, as mutating commands are) that this run
@@ -71,12 +73,14 @@ def verify(
         "pid": facts.pid,
         "launch_id": facts.launch_id,
     }
+    if verdict.note:
+        data["port"] = verdict.note
     if verdict.ok:
         return ok(
             step,
             verdict.message,
             data=data,
-            lines=(f"PID {facts.pid}, {p.served_model_name} on port {p.port}",),
+            lines=(f"PID {facts.pid}, {p.served_model_name} on port {p.port}", verdict.note),
         )
     lines = [f"label: {diag.label}"]
     lines += [f"evidence: {e}" for e in diag.evidence[:3]]

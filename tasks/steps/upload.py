@@ -163,15 +163,15 @@ def running_unchanged(
     if state.get("digest") != expected:
         return None
     probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=90)
-    result = vfy.parse_probe(probe.stdout + probe.stderr)
-    if not result.ready_for(p.served_model_name):
-        return None
+    result, listeners = vfy.parse_probe_report(probe.stdout, probe.stderr, p.port)
+    pid = int(state["pid"]) if state.get("pid", "").isdigit() else None
+    port = vfy.check_port(listeners, pid, p.port, p.host)
+    if not result.ready_for(p.served_model_name) or port.verdict == "foreign":
+        return None  # another process answering on the port is not this server serving
     return ok(
         step,
         f"server PID {state.get('pid')} (launch {state.get('launch_id')}) already runs this exact "
         "profile and answers: nothing changed (--restart forces a new launch)",
-        data={
-            "pid": int(state["pid"]) if state.get("pid", "").isdigit() else None,
-            "unchanged": True,
-        },
+        lines=(port.message,),
+        data={"pid": pid, "unchanged": True, "port": port.message},
     )

@@ -378,3 +378,51 @@ def test_a_launch_that_never_started_says_nothing_runs_now(dep: Deployment) -> N
     assert "nothing was ever launched here" in now, launch.describe()
     assert f"nothing serves on port {dep.port}" in now
     assert "see the launcher output above" not in launch.output
+
+
+# --- r1 F1: an impostor on the port is never this deployment's "ready" / "serving" ----------
+
+#: Answers /health, /v1/models and a chat completion like vLLM: not vLLM, not this deployment.
+IMPOSTOR = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    def _j(self, obj):
+        b = json.dumps(obj).encode(); self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def do_GET(self):
+        self._j({"object": "list", "data": [{"id": "kimi-k2.5", "object": "model"}]})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        msg = {"role": "assistant", "content": "IMPOSTOR"}
+        self._j({"choices": [{"index": 0, "message": msg}]})
+    def log_message(self, *a): pass
+srv = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+print("up", flush=True); srv.serve_forever()
+"""
+
+
+def test_an_impostor_answering_on_the_port_is_never_ready_or_serving(dep: Deployment) -> None:
+    """r1 F1: while the launched server still loads, another process binds its port and answers
+    like vLLM. deploy must not say ready (it names the impostor's PID), nor status serving."""
+    load = {"load_seconds": 8}
+    with background(dep, "deploy", standin=load) as run:
+        assert wait_until(lambda: "launch: started" in run.text(), 60), run.text()
+        impostor = subprocess.Popen(
+            [sys.executable, "-c", IMPOSTOR, str(dep.port)], stdout=subprocess.PIPE
+        )
+        try:
+            assert impostor.stdout is not None and impostor.stdout.readline() == b"up\n"
+            code = run.wait()
+            out = run.text()
+            status = dep.fab("status", standin=load)
+        finally:
+            impostor.kill()  # by PID: the process this test started
+            impostor.wait()
+    assert code != 0, out
+    assert "verify: ready" not in out and "'IMPOSTOR'" not in out, out
+    assert f"PID {impostor.pid}" in out and "something else is listening" in out, out
+    # the server still loads (port_taken, 8) or has died of "address already in use" (crashed)
+    assert status.returncode in (8, STATE_CODES["crashed"]), status.describe()
+    assert "serving" not in status_line(status.output), status.describe()
