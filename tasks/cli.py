@@ -31,7 +31,7 @@ from .cluster import CLUSTER_STEPS, cluster_configured, run_cluster
 from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
 from .host import host_names, is_connection
 from .lock import HostLock
-from .report import FleetBoard, Reporter
+from .report import FleetBoard, Reporter, pipe_safe_stdout
 from .session import Session, kimi_config, load, session
 
 #: Profile keys every deployment task accepts as flags: name -> help.
@@ -111,6 +111,7 @@ def kimi_task(
                     raise
 
         def body(c: Context, **kw: Any) -> None:
+            pipe_safe_stdout()  # `fab status | head -1` keeps the state's exit code
             fleet_hosts = kw.pop("fleet_hosts", None)
             mine = {k: kw.pop(k) for k in list(kw) if k in own}
             ov = overrides(kw)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import threading
@@ -10,6 +11,49 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from kimi_ops.result import StepResult, format_result
+
+
+class PipeSafeStream:
+    """A stream that outlives its reader (``fab status | head -1``): at the first
+    BrokenPipeError its file descriptor is pointed at /dev/null (what was not read is dropped,
+    as the reader wanted) and the task goes on, so the exit code the shell sees is the task's
+    (status: the state's), not 1 with a BrokenPipeError traceback."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.reader_gone = False
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())  # later writes and the final flush succeed
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def pipe_safe_stdout() -> None:
+    """Make the process's own stdout a :class:`PipeSafeStream` (once; a stdout replaced by
+    someone else, such as pytest's capture, is left alone)."""
+    if sys.stdout is sys.__stdout__ and sys.stdout is not None:
+        sys.stdout = PipeSafeStream(sys.stdout)  # type: ignore[assignment]
 
 
 class FleetBoard:

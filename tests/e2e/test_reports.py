@@ -426,3 +426,27 @@ def test_an_impostor_answering_on_the_port_is_never_ready_or_serving(dep: Deploy
     # the server still loads (port_taken, 8) or has died of "address already in use" (crashed)
     assert status.returncode in (8, STATE_CODES["crashed"]), status.describe()
     assert "serving" not in status_line(status.output), status.describe()
+
+
+def test_status_into_a_closed_pipe_still_exits_with_the_state_code(dep: Deployment) -> None:
+    """r1 F9: `fab status | head -1` printed a BrokenPipeError traceback and exited 1 ("the
+    state could not be read"): a script piping status lost the state's code. Here the reader
+    is gone before fab writes a byte (deterministic, unlike a real `head`)."""
+    cfg = dep.root / "fab-config.json"
+    cfg.write_text(json.dumps(dep.config(), default=str))
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has left
+    try:
+        run = subprocess.run(
+            [str(fab_executable()), *fab_host_args(dep.sshd), "-f", str(cfg), "status"],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert run.returncode == STATE_CODES["stopped"], run.stderr  # nothing was ever launched
+    assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr, run.stderr
