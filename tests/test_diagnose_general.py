@@ -1191,3 +1191,35 @@ def test_the_quantized_kernels_refusing_bfloat16_on_the_cpu_build_is_no_dtype_to
 )
 def test_what_blind_set_q_taught_in_several_lines(log: str, label: str) -> None:
     assert diagnose(log).label == label
+
+
+def test_an_exception_a_finalizer_raised_names_no_cause() -> None:
+    # Python prints an exception raised in __del__ or a finalizer as "Exception ignored in:
+    # ..." and goes on. vLLM's CPU build, its EngineCore SIGKILLed, once printed one while
+    # shutting down (ShmRingBuffer.__del__ unlinking a segment the resource tracker had
+    # already removed; fresh-clone CI, 2026-12-05): the kill is the cause, not that error
+    killed = (  # (vLLM 0.32's CPU build, its EngineCore killed with SIGKILL while serving)
+        "(APIServer pid=10) INFO 12-05 16:16:10 [api_server.py:1] vLLM API server version 0.32\n"
+        "INFO:     Application startup complete.\n"
+        'INFO:     127.0.0.1:41298 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+        "(Worker pid=12) INFO 12-05 16:16:16 [multiproc_executor.py:843] Parent process exited, "
+        "terminating worker queues\n"
+        "(APIServer pid=10) INFO 12-05 16:16:16 [utils.py:628] [shutdown] Process manager: send "
+        "sigterm to process EngineCore\n"
+        "(APIServer pid=10) WARNING 12-05 16:16:16 [core_client.py:817] [shutdown] MPClient: "
+        "engine core exited unexpectedly; starting cleanup\n"
+    )
+    ignored = (
+        "Exception ignored in: <function ShmRingBuffer.__del__ at 0x7f3a2c1d5e40>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/vllm/distributed/device_communicators/'
+        'shm_broadcast.py", line 386, in __del__\n'
+        "    self.shared_memory.unlink()\n"
+        "FileNotFoundError: [Errno 2] No such file or directory: '/psm_2d1f3c0a'\n"
+    )
+    assert diagnose(killed).label == "engine_killed"  # guard
+    d = diagnose(killed + ignored + "INFO:     Shutting down\n")
+    assert d.label == "engine_killed", d.summary
+    assert "FileNotFoundError" not in d.summary
+    # guard: the same exception raised for real (no "Exception ignored in") is an error
+    assert diagnose(killed + ignored.split("\n", 1)[1]).label != "healthy"

@@ -62,11 +62,13 @@ _UNRETRIEVED_EXC_RE = re.compile(
 #   _EV_EXIT, _EV_SHUTDOWN  (text)
 #   _EV_HEADER, _EV_FRAME  (text, engine_logged)
 #   _EV_INPROC_READY (text, who: engine / driver / built, api_server)
+#   _EV_UNRAISABLE   (text): Python's "Exception ignored in: ..." (a finalizer's exception)
 # The flags after the text of an exception, a traceback header or frame, or an in-process-ready
 # event are what only the raw line shows (set by _mark_raw_facts); "frequent" marks a serving
 # marker that _FREQ_HEALTHY's scan found.
 _EV_FACT, _EV_STAGE, _EV_HEALTHY, _EV_RULE, _EV_EXC, _EV_HEADER, _EV_EXIT = range(7)
-_EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY = 7, 8, 9
+_EV_SHUTDOWN, _EV_FRAME, _EV_INPROC_READY, _EV_UNRAISABLE = 7, 8, 9, 10
+_UNRAISABLE = "Exception ignored in"
 _ENGINE_INITIALIZED = _STAGE_INDEX["engine_initialized"]
 _INITIALIZING_ENGINE = _STAGE_INDEX["initializing_engine"]
 
@@ -129,6 +131,11 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
             if rule.label == "engine_dead_other":
                 is_wrapper = True
     if joined:
+        return tuple(events)
+    if text.startswith(_UNRAISABLE):
+        # Python's unraisable-exception hook (an exception in __del__ or a finalizer): the
+        # traceback that follows ends nothing; the process goes on
+        events.append((_EV_UNRAISABLE, text))
         return tuple(events)
     ray_wrapper = "RayTaskError(" in text and _RAY_TASK_ERROR_RE.search(text) is not None
     if not ray_wrapper and (

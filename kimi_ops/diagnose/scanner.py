@@ -32,6 +32,7 @@ from kimi_ops.diagnose.events import (
     _EV_RULE,
     _EV_SHUTDOWN,
     _EV_STAGE,
+    _EV_UNRAISABLE,
     _INITIALIZING_ENGINE,
     _UTILITY_FAILED_RE,
     _analyze,
@@ -146,6 +147,7 @@ class _State:
         "api_server_pos",
         "engine_start_pos",
         "pre_http",
+        "unraisable",
         "tail",
         "tail_provisional",
         "line_prefix",
@@ -191,6 +193,7 @@ class _State:
         self.api_server_pos = -1  # vLLM's API server spoke: a server, not an in-process engine
         self.engine_start_pos = -1  # the engine's own first line ("Initializing ... LLM engine")
         self.pre_http: tuple[int, str | None, str | None] = (-1, None, None)  # stage before it
+        self.unraisable = False  # in a traceback Python printed as "Exception ignored in: ..."
         self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
         self.tail_provisional = False
         self.line_prefix: str | None = None  # a tool's constant label on every line (learned)
@@ -296,6 +299,18 @@ def _http_start_failed(st: _State, pos: int, text: str) -> None:
 def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     """Fold one event into the state (events arrive in log order)."""
     pos, kind = ev[0], ev[1]
+    if kind == _EV_UNRAISABLE:
+        st.unraisable = True
+        return
+    if st.unraisable:
+        # the traceback of an exception a finalizer raised (vLLM's ShmRingBuffer.__del__
+        # unlinking a segment the resource tracker already removed, after its engine was
+        # killed): its header, frames and exception end nothing, and name no cause
+        if kind in (_EV_HEADER, _EV_FRAME):
+            return
+        st.unraisable = False  # (its exception, or the traceback was cut: a record follows)
+        if kind == _EV_EXC:
+            return
     if kind == _EV_FACT:
         st.facts.update(ev[2])
     elif kind == _EV_STAGE:
