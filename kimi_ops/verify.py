@@ -331,7 +331,11 @@ class VerifyState:
                 return Verdict(
                     "never_started", "never started: the server process is not alive", diag
                 )
-            return Verdict("crashed", f"the server exited: {diag.summary}", diag)
+            # a log that names no failure (it says "healthy: server up") is no reason: say so
+            what = (
+                diag.summary if diag.failed else f"its log names no error (it said {diag.summary})"
+            )
+            return Verdict("crashed", f"the server exited: {what}", diag)
         if now >= self.startup_timeout:
             return Verdict(
                 "timed_out",

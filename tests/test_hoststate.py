@@ -157,6 +157,18 @@ def test_verify_with_a_deleted_log_checks_over_http_and_names_the_log() -> None:
     assert gone.state == "crashed" and "missing (deleted?)" in gone.message
 
 
+def test_a_server_gone_with_a_log_that_names_no_error_is_not_headed_healthy() -> None:
+    # (red team, 2026-12-05: a server killed with kill -9 after ready was headed "the server
+    # exited: healthy: server up")
+    v = _state()
+    chunk = "INFO:     Application startup complete.\n"
+    assert v.feed_poll(_poll(alive=True, read=len(chunk), chunk=chunk), 1.0).state == "waiting"
+    gone = v.feed_poll(_poll(alive=False), 2.0)
+    assert gone.state == "crashed" and not gone.ok
+    assert gone.message.startswith("the server exited: its log names no error"), gone.message
+    assert "OOM" in gone.diagnosis.hint  # (the silent-death hint: a signal or the OOM killer)
+
+
 def test_a_refused_connection_is_not_called_up_but_not_ready() -> None:
     refused = ProbeResult(error="http://127.0.0.1:8000/health: [Errno 111] Connection refused")
     verdict = _state().feed_probe(refused, 1.0)
