@@ -97,9 +97,6 @@ def norm_dir(path: str) -> str:
     return "/" + out.lstrip("/") if out.startswith("//") else out
 
 
-_norm_dir = norm_dir
-
-
 @dataclass(frozen=True)
 class Proc:
     """One process of the listing.
@@ -132,7 +129,7 @@ class Proc:
     @property
     def run_dir(self) -> str | None:
         value = self.getenv(RUN_DIR_VAR)
-        return _norm_dir(value) if value is not None else None
+        return norm_dir(value) if value is not None else None
 
     @property
     def launch_id(self) -> str | None:
@@ -415,7 +412,7 @@ def owned_processes(
     ``port``: the profile's port, used only to recognise a server an older kimi-ops launched (the
     pidfile's PID, without ``KIMI_OPS_RUN_DIR``) and to report foreign servers on that port.
     """
-    ours_dir = _norm_dir(run_dir)
+    ours_dir = norm_dir(run_dir)
     procs = listing.procs
     by_pid = listing.by_pid()
     protected = protected_pids(listing, self_pid)
@@ -600,6 +597,15 @@ def pidfile_process_command(pidfile: str) -> str:
         'if pf_e=$(tr "\\000" "\\n" < "/proc/$pid/environ" 2>/dev/null); then '
         "echo \"pf_env=$(printf '%s\\n' \"$pf_e\" | grep -a '^KIMI_OPS_' | base64 -w0)\"; "
         "fi; fi;; esac"
+    )
+
+
+def read_pidfile_command(pidfile: str, key: str = "pid") -> str:
+    """Shell: the pidfile's first line as ``KEY=PID`` (``KEY=`` when there is none), then
+    :func:`pidfile_process_command`'s facts of that PID; read with
+    :func:`parse_pidfile_process` (``pid_key=KEY``)."""
+    return f'pid=$(head -n 1 {pidfile} 2>/dev/null); echo "{key}=$pid"; ' + pidfile_process_command(
+        pidfile
     )
 
 

@@ -187,7 +187,7 @@ class Masker:
             ordered = sorted(self.forms, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
             self._longest = len(ordered[0])
-            self._starts: dict[str, list[str]] = {}
+            self._starts = {}
             for form in ordered:
                 self._starts.setdefault(form[0], []).append(form)
 

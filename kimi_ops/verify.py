@@ -382,7 +382,7 @@ def probe_and_listeners_command(
     python: str, probe_path: str, port: int, model: str, env_file: str, bind_host: str = ""
 ) -> str:
     """The HTTP probe, then (same round trip, right after its answer) who listens on the port
-    (:func:`kimi_ops.facts.ports.listeners_command`). Split with :func:`parse_probe_report`."""
+    (:func:`kimi_ops.facts.ports.listeners_command`). Read with :func:`read_probe`."""
     probe = probe_command(python, probe_path, port, model, env_file, bind_host)
     return f"{probe}; {listeners_command(port)}"
 
@@ -505,3 +505,12 @@ def check_port(
         )
     pids = ", ".join(str(p) for p in sorted({o.pid for o in holders}))
     return PortCheck("ours", f"port {port}: held by PID {pids}, this deployment's server's tree")
+
+
+def read_probe(
+    stdout: str, stderr: str, server_pid: int | None, port: int, bind_host: str = ""
+) -> tuple[ProbeResult, PortCheck]:
+    """What :func:`probe_and_listeners_command` printed: the HTTP answers, and whose socket
+    gave them (:func:`check_port` against ``server_pid``, the pidfile's server)."""
+    answer, listeners = parse_probe_report(stdout, stderr, port)
+    return answer, check_port(listeners, server_pid, port, bind_host)

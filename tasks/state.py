@@ -166,8 +166,7 @@ def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, Ho
     port_hint = ""
     if facts.alive:
         probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=60)
-        result, listeners = vfy.parse_probe_report(probe.stdout, probe.stderr, p.port)
-        port = vfy.check_port(listeners, facts.pid, p.port, p.host)
+        result, port = vfy.read_probe(probe.stdout, probe.stderr, facts.pid, p.port, p.host)
         data["health"] = result.health
         data["port"] = {"check": port.verdict, "message": port.message}
         http = result.describe(p.served_model_name)

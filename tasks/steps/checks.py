@@ -48,8 +48,7 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
     pidfile = q(r + "/" + PIDFILE)
     out = h.run(
         f"{facts_mod.gather_command(p)}; echo @@kimi-ops:pf; "
-        f'pid=$(head -n 1 {pidfile} 2>/dev/null); echo "pid=$pid"; '
-        f"{procs.pidfile_process_command(pidfile)}; "
+        f"{procs.read_pidfile_command(pidfile)}; "
         f"echo @@kimi-ops:ps; {procs.LISTING_COMMAND}",
         step=step,
         check=False,

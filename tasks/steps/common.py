@@ -33,7 +33,7 @@ def _resource(name: str) -> bytes:
 
 
 def _probe_command(p: Profile) -> str:
-    """The HTTP probe, then who listens on the port (split with ``vfy.parse_probe_report``)."""
+    """The HTTP probe, then who listens on the port (read with ``vfy.read_probe``)."""
     r = _run_dir(p)
     return vfy.probe_and_listeners_command(
         p.python, f"{r}/{PROBE_SCRIPT}", p.port, p.served_model_name, f"{r}/{ENV_FILE}", p.host

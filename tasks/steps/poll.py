@@ -47,8 +47,7 @@ def verify(
         verdict = state.feed_poll(facts, clock() - start)
         if verdict.probe_due and not verdict.done:
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
-            answer, listeners = vfy.parse_probe_report(res.stdout, res.stderr, p.port)
-            port = vfy.check_port(listeners, facts.pid, p.port, p.host)
+            answer, port = vfy.read_probe(res.stdout, res.stderr, facts.pid, p.port, p.host)
             verdict = state.feed_probe(answer, clock() - start, port)
             if verdict.ok and expect_launch_id:
                 # The answer came from the port: prove the launch there is still this run's,

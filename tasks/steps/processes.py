@@ -27,10 +27,8 @@ def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, 
     r = _run_dir(p)
     pidfile = q(r + "/" + PIDFILE)
     out = h.run(
-        f"cat {pidfile} 2>/dev/null | sed -n '1s/^/pidfile=/p'; "
         f"cat {q(r + '/' + LAUNCH_ID_FILE)} 2>/dev/null | sed -n '1s/^/launch_id=/p'; "
-        f"pid=$(head -n 1 {pidfile} 2>/dev/null); "
-        + procs.pidfile_process_command(pidfile)
+        + procs.read_pidfile_command(pidfile, key="pidfile")
         + "; "
         + procs.LISTING_COMMAND,
         step=step,
@@ -50,9 +48,7 @@ def pidfile_process(h: Host, p: Profile, step: str) -> procs.PidfileProcess:
     """The pidfile's PID and what runs under it now (one round trip)."""
     pidfile = q(_run_dir(p) + "/" + PIDFILE)
     out = h.run(
-        f'pid=$(head -n 1 {pidfile} 2>/dev/null); echo "pid=$pid"; '
-        + procs.pidfile_process_command(pidfile)
-        + "; true",
+        procs.read_pidfile_command(pidfile) + "; true",
         step=step,
         mutating=False,
     )

@@ -157,15 +157,14 @@ def running_unchanged(
     state = launch_script.parse_key_values(
         h.run(launch_script.running_state_command(r), step=step, mutating=False).stdout
     )
-    if not procs.parse_pidfile_process(state).server_alive(r):
+    server = procs.parse_pidfile_process(state)
+    if not server.server_alive(r):
         return None
     expected = launch_script.deployment_digest({n: d for n, (d, _) in files.items()})
     if state.get("digest") != expected:
         return None
     probe = h.run(_probe_command(p), step=step, check=False, mutating=False, timeout=90)
-    result, listeners = vfy.parse_probe_report(probe.stdout, probe.stderr, p.port)
-    pid = int(state["pid"]) if state.get("pid", "").isdigit() else None
-    port = vfy.check_port(listeners, pid, p.port, p.host)
+    result, port = vfy.read_probe(probe.stdout, probe.stderr, server.pid, p.port, p.host)
     if not result.ready_for(p.served_model_name) or port.verdict == "foreign":
         return None  # another process answering on the port is not this server serving
     return ok(
@@ -173,5 +172,5 @@ def running_unchanged(
         f"server PID {state.get('pid')} (launch {state.get('launch_id')}) already runs this exact "
         "profile and answers: nothing changed (--restart forces a new launch)",
         lines=(port.message,),
-        data={"pid": pid, "unchanged": True, "port": port.message},
+        data={"pid": server.pid, "unchanged": True, "port": port.message},
     )
