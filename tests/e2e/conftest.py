@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,17 +44,29 @@ def ssh_client_key() -> Iterator[Path]:
         shutil.rmtree(tdir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def sshd(ssh_client_key: Path) -> Iterator[SshdHost]:
-    """A real OpenSSH sshd on 127.0.0.1:<free port>, for the whole session."""
+def started_sshd(**kwargs: Any) -> SshdServer:
+    """start_sshd(**kwargs), a failure of the test (with sshd's stderr) when it cannot start."""
     try:
-        server = start_sshd(client_key=ssh_client_key)
+        return start_sshd(**kwargs)
     except SshdStartError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@contextlib.contextmanager
+def running_sshd(**kwargs: Any) -> Iterator[SshdHost]:
+    """An sshd (:func:`started_sshd`) for the duration of the ``with``; stopped after."""
+    server = started_sshd(**kwargs)
     try:
         yield server.host
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd(ssh_client_key: Path) -> Iterator[SshdHost]:
+    """A real OpenSSH sshd on 127.0.0.1:<free port>, for the whole session."""
+    with running_sshd(client_key=ssh_client_key) as host:
+        yield host
 
 
 @pytest.fixture
@@ -65,10 +79,7 @@ def make_sshd(ssh_client_key: Path) -> Iterator[Callable[..., SshdHost]]:
 
     def _make(address: str = "127.0.0.1", **kwargs) -> SshdHost:
         kwargs.setdefault("client_key", ssh_client_key)
-        try:
-            server = start_sshd(address=address, **kwargs)
-        except SshdStartError as exc:
-            pytest.fail(str(exc), pytrace=False)
+        server = started_sshd(address=address, **kwargs)
         servers.append(server)
         return server.host
 

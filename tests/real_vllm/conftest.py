@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e.conftest import ssh_client_key  # noqa: F401 - the e2e tests' client key
-from e2e.harness import SshdHost, SshdStartError, start_sshd
+from e2e.conftest import running_sshd, ssh_client_key  # noqa: F401 - the e2e tests' client key
+from e2e.harness import SshdHost
 
 from tasks.engine import (
     Engine,
@@ -74,14 +74,8 @@ def engine_sshd(ssh_client_key: Path) -> Iterator[SshdHost]:  # noqa: F811 - imp
     vLLM's CPU build takes every core while it loads; under pytest-xdist the other worker's
     SSH tests run beside it with deadlines of their own. Through this sshd the engine inherits
     the niceness, so it yields the CPU to them and gets the rest (alone, it gets all of it)."""
-    try:
-        server = start_sshd(client_key=ssh_client_key, nice=ENGINE_NICE)
-    except SshdStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server.host
-    finally:
-        server.stop()
+    with running_sshd(client_key=ssh_client_key, nice=ENGINE_NICE) as host:
+        yield host
 
 
 @pytest.fixture
