@@ -110,7 +110,10 @@ def test_recap_table_and_fail_fast(fleet: dict) -> None:
     run = run_fab(hosts, "preflight", "--json", config=config, timeout=240)
     rows = _recap(run)
     ok = rows[hosts[1].host]
-    assert ok["result"] == "ok" and ok["report"]["plan"]["patch_kv_config"] is True, ok
+    # (the whole row and the run's stderr on failure: a CI run of 8e0be24 saw this host's
+    # preflight fail once, and the truncated dict did not say why)
+    why = json.dumps(ok, indent=1, default=str) + "\n--- stderr ---\n" + run.stderr
+    assert ok["result"] == "ok" and ok["report"]["plan"]["patch_kv_config"] is True, why
     # The broken host fails a check (its report says which), not at a command or the connection
     # (then there is no report: the row's message and the run's stderr say what happened).
     bad = rows[hosts[0].host]
