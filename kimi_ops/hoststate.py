@@ -30,6 +30,7 @@ STATE_CODES: dict[str, int] = {
     "orphans": 6,  # the server is gone but processes of this deployment are still alive
     "unresponsive": 7,  # alive, its log says it is up, but HTTP does not answer
     "port_taken": 8,  # alive, but another process listens on its port (whatever answers there)
+    "stalled": 9,  # alive and not up, but stopped by a signal or its log silent too long
 }
 
 #: What each state means, for ``fab status --help`` and the README.
@@ -43,6 +44,8 @@ STATE_MEANINGS: dict[str, str] = {
     "unresponsive": "the server process is alive and its log says it is up, but HTTP fails",
     "port_taken": "the server process is alive, but a process that is not this deployment's "
     "server listens on its port (named: its PID and command); what answers there is not it",
+    "stalled": "the server process is alive but not up, and makes no progress: it is stopped by "
+    "a signal (process state T), or its log has not grown for the profile's stall_timeout",
 }
 
 
@@ -129,6 +132,11 @@ class StateFacts:
     http: str = ""  # the probe's one-line description
     #: Another process listens on the port: who (its PID and command); "" when none was seen.
     port_taken: str = ""
+    #: The server is stopped by a signal (process state T).
+    stopped: bool = False
+    #: Seconds since the log last grew (None: unknown), and the limit for a loading server.
+    log_silent_for: float | None = None
+    stall_timeout: float | None = None
 
 
 def classify(f: StateFacts) -> HostState:
@@ -146,13 +154,29 @@ def classify(f: StateFacts) -> HostState:
             return HostState(
                 "crashed", f"server PID {f.pid} is alive but its log shows: {d.summary}"
             )
+        halted = (
+            f"; it is stopped by a signal (process state T), so it runs nothing until it is "
+            f"continued (`kill -CONT {f.pid}`)"
+            if f.stopped
+            else ""
+        )
         if d.ready:
             return HostState(
                 "unresponsive",
-                f"server PID {f.pid}'s log says it is up, but HTTP does not answer: {f.http}",
+                f"server PID {f.pid}'s log says it is up, but HTTP does not answer: "
+                f"{f.http}{halted}",
+            )
+        stage = d.stage or "starting"
+        if f.stopped:
+            return HostState("stalled", f"server PID {f.pid} is still loading ({stage}){halted}")
+        silent = f.log_silent_for
+        if f.log_exists and silent is not None and f.stall_timeout and silent >= f.stall_timeout:
+            return HostState(
+                "stalled",
+                f"server PID {f.pid} is alive, still loading ({stage}), but its log has not "
+                f"grown for {silent:.0f} s (stall_timeout: {f.stall_timeout:.0f} s)",
             )
         gone = "" if f.log_exists else f"; its log {f.log_path} is missing (deleted?)"
-        stage = d.stage or "starting"
         return HostState("starting", f"server PID {f.pid} is alive, still loading ({stage}){gone}")
     if f.orphans:
         pids = ", ".join(str(p) for p in f.orphans)

@@ -637,6 +637,14 @@ class PidfileProcess:
     env: tuple[tuple[str, str], ...] | None = None
     start: float | None = None
     mtime: float | None = None
+    #: ``/proc/PID/stat``'s state letter ("" when unknown): ``T`` / ``t`` is a process stopped
+    #: by a signal (SIGSTOP, SIGTSTP) or a tracer, which makes no progress until SIGCONT.
+    state: str = ""
+
+    @property
+    def stopped(self) -> bool:
+        """The process is stopped (state T or t): alive, but it runs nothing until SIGCONT."""
+        return self.alive and self.state in ("T", "t")
 
     @property
     def run_dir(self) -> str | None:
@@ -707,7 +715,8 @@ def parse_pidfile_process(values: Mapping[str, str], pid_key: str = "pid") -> Pi
     boot, hz = _number(values.get("pf_boot")), _number(values.get("pf_hz"))
     ticks = _number(stat[1]) if len(stat) > 1 else None
     start = boot + ticks / hz if boot is not None and hz and ticks is not None else None
-    return PidfileProcess(pid, alive, argv, env, start, _number(values.get("pf_mtime")))
+    mtime = _number(values.get("pf_mtime"))
+    return PidfileProcess(pid, alive, argv, env, start, mtime, stat[0] if stat else "")
 
 
 def remove_pidfile_command(pidfile: str, pid: int) -> str:

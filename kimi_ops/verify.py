@@ -76,6 +76,8 @@ class PollFacts:
     chunk: str
     launch_id: str = ""  # run_dir's current launch id ("" when none)
     stop: str = ""  # the stop marker's line ("" when none)
+    #: The pidfile's server is stopped by a signal (process state T: SIGSTOP, SIGTSTP, a tracer).
+    stopped: bool = False
 
     @property
     def log_exists(self) -> bool:
@@ -106,7 +108,8 @@ def parse_poll(
         if eq and (key in ("pid", "args", "size", "read", "launch_id", "stop") or key[:3] == "pf_"):
             values[key] = value
     pid_text = values.get("pid", "").strip()
-    alive = parse_pidfile_process(values).server_alive(run_dir)
+    proc = parse_pidfile_process(values)
+    alive = proc.server_alive(run_dir)
     return PollFacts(
         pid=int(pid_text) if pid_text.isdigit() else None,
         alive=alive,
@@ -115,6 +118,7 @@ def parse_poll(
         chunk=chunk,
         launch_id=values.get("launch_id", "").strip(),
         stop=values.get("stop", "").strip(),
+        stopped=alive and proc.stopped,
     )
 
 
@@ -194,6 +198,19 @@ SILENT_DEATH_HINT = (
     "lines show how far it got"
 )
 
+#: Seconds a server may stay stopped by a signal (state T) before verify calls it stalled: a
+#: debugger's brief stop or a Ctrl-Z put right at once is not a stall.
+STOPPED_GRACE = 10.0
+
+
+def stopped_hint(pid: int | None) -> str:
+    """What to do about a server stopped by a signal."""
+    return (
+        f"`kill -CONT {pid}` continues it (whoever stopped it: a Ctrl-Z in its terminal, a "
+        "debugger, `kill -STOP`); `fab deploy --restart` replaces it"
+    )
+
+
 STATES = (
     "waiting",
     "ready",
@@ -223,6 +240,8 @@ class VerifyState:
     last_growth: float = 0.0
     seen_alive: bool = False
     fatal_since: float | None = None
+    #: When the server was first seen stopped by a signal (state T), in this stretch.
+    stopped_since: float | None = None
     last_probe: ProbeResult | None = None
     #: The launch this run started (deploy): a different current launch id fails verify, so it
     #: never reports another run's server as its own. None: whatever launch is current.
@@ -336,6 +355,18 @@ class VerifyState:
                 diag.summary if diag.failed else f"its log names no error (it said {diag.summary})"
             )
             return Verdict("crashed", f"the server exited: {what}", diag)
+        if not facts.stopped:
+            self.stopped_since = None
+        elif self.stopped_since is None:
+            self.stopped_since = now
+        if self.stopped_since is not None and now - self.stopped_since >= STOPPED_GRACE:
+            return Verdict(
+                "stalled",
+                f"stalled: server PID {facts.pid} is stopped by a signal (process state T: "
+                f"SIGSTOP, SIGTSTP or a debugger) for {now - self.stopped_since:.0f} s; it "
+                "makes no progress until it is continued",
+                replace(diag, hint=stopped_hint(facts.pid)),
+            )
         if now >= self.startup_timeout:
             return Verdict(
                 "timed_out",

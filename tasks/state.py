@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import socket
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -81,7 +82,9 @@ def _gather_command(r: str, nvidia_smi: str) -> str:
         f'echo "gpu=$({nvidia_smi} '
         "--query-gpu=memory.used,memory.total --format=csv,noheader,nounits 2>/dev/null "
         "| tr '\\n' ';')\"; "
-        f'if [ -e {log} ]; then echo "log=1"; else echo "log=0"; fi; '
+        f'if [ -e {log} ]; then echo "log=1"; '
+        f'echo "log_age=$(( $(date +%s) - $(stat -L -c %Y {log} 2>/dev/null || date +%s) ))"; '
+        'else echo "log=0"; fi; '
         f"echo @@ps; {procs.LISTING_COMMAND}; "
         f"echo @@log; tail -c {LOG_TAIL_BYTES} {log} 2>/dev/null; true"
     )
@@ -114,8 +117,20 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
                 procs.parse_listing(ps_text), p, pidfile.owner_pid(r), launch_id, alive
             )
         ),
+        stopped=alive and pidfile.stopped,
+        log_silent_for=_seconds(info.get("log_age")),
+        stall_timeout=p.stall_timeout,
     )
     return facts, info
+
+
+def _seconds(text: str | None) -> float | None:
+    """A ``key=N`` value in whole seconds (None when missing or not a number; a clock that
+    stepped back gives a negative age, read as 0)."""
+    value = (text or "").strip()
+    if not re.fullmatch(r"-?[0-9]+", value):
+        return None
+    return max(0.0, float(int(value)))
 
 
 def now_line(h: Host, p: Profile, *, step: str) -> str:
@@ -162,6 +177,7 @@ def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, Ho
         "orphans": list(facts.orphans),
         "diagnosis": diag.to_dict() if facts.log_exists else None,  # no log: no label
         "memory": memory,
+        "log_silent_s": facts.log_silent_for,  # seconds since the log last grew (None: unknown)
     }
     port_hint = ""
     if facts.alive:
@@ -187,6 +203,8 @@ def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, Ho
     res = ok if state.serving else failed
     if state.state == "port_taken":
         hint = port_hint
+    elif facts.stopped and not state.serving:
+        hint = vfy.stopped_hint(facts.pid)
     else:
         hint = "" if state.serving else diag.hint if diag.failed else _STATE_HINTS[state.state]
     return res(step, message, lines=tuple(lines), data=data, hint=hint), state
@@ -198,4 +216,6 @@ _STATE_HINTS = {
     "crashed": "`fab diagnose` names the cause from the log; `fab deploy` starts it again",
     "orphans": "`fab stop` ends them",
     "unresponsive": "`fab logs` shows what it does; `fab deploy --restart` replaces it",
+    "stalled": "`fab logs` shows where it stopped (a download or a compile that hangs, a "
+    "deadlock); `fab deploy --restart` replaces it",
 }

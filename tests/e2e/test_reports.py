@@ -450,3 +450,44 @@ def test_status_into_a_closed_pipe_still_exits_with_the_state_code(dep: Deployme
         os.close(write_end)
     assert run.returncode == STATE_CODES["stopped"], run.stderr  # nothing was ever launched
     assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr, run.stderr
+
+
+def test_status_calls_a_server_stopped_by_a_signal_stalled_until_it_is_continued(
+    dep: Deployment,
+) -> None:
+    """Red team 2026-12-05: a SIGSTOPped loading server read "starting" forever. Now: stalled
+    (exit 9) naming state T and `kill -CONT`; continued, it is starting again. A log silent for
+    longer than the profile's stall_timeout is stalled too."""
+    assert dep.fab("patch-kv-config").ok
+    assert dep.fab("upload-script", standin={"load_seconds": 60}).ok
+    assert dep.fab("launch", standin={"load_seconds": 60}).ok
+    server = dep.pidfile_pid()
+    assert server is not None and server in dep.started  # this test's own launch
+    os.kill(server, signal.SIGSTOP)
+    try:
+        stalled = dep.fab("status")
+        assert stalled.returncode == 9, stalled.describe()
+        line = status_line(stalled.output)
+        assert "stalled:" in line and "state T" in line, stalled.describe()
+        assert f"kill -CONT {server}" in stalled.output
+    finally:
+        os.kill(server, signal.SIGCONT)
+    going = dep.fab("status")
+    assert going.returncode == STATE_CODES["starting"], going.describe()
+
+
+def test_status_calls_a_loading_server_whose_log_went_silent_stalled(dep: Deployment) -> None:
+    """The stand-in's `hang` goes silent at the weights (a download or load that hangs): with
+    the log quiet for longer than the profile's stall_timeout, status says stalled (exit 9)."""
+    assert dep.fab("patch-kv-config").ok
+    assert dep.fab("upload-script", standin={"hang": True}).ok
+    assert dep.fab("launch", standin={"hang": True}).ok
+    log = dep.run_dir / "current.log"
+    assert wait_until(lambda: "Loading safetensors" in dep.log_text(), timeout=30), dep.log_text()
+    patient = dep.fab("status", standin={"hang": True})  # the default stall_timeout, 900 s
+    assert patient.returncode == STATE_CODES["starting"], patient.describe()
+    assert wait_until(lambda: time.time() - log.stat().st_mtime >= 3, timeout=30)
+    stalled = dep.fab("status", standin={"hang": True}, stall_timeout=2)
+    assert stalled.returncode == 9, stalled.describe()
+    line = status_line(stalled.output)
+    assert "stalled:" in line and "has not grown for" in line, stalled.describe()
