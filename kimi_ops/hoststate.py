@@ -204,3 +204,30 @@ def classify(f: StateFacts) -> HostState:
     return HostState(
         "crashed", f"no server: launch {f.launch_id} ended without kimi-ops stopping it: {why}"
     )
+
+
+def now_message(f: StateFacts, port: int) -> str:
+    """One line for a report's end (an interrupted or failed run): what runs now, from facts
+    gathered without the HTTP probe. A live server whose launch kimi-ops has just signalled (the
+    stop marker names it: a Ctrl-C in the middle of stop / kill-stale) is said to be stopping,
+    not running."""
+    if f.alive:
+        by = stopped_by(f.stop, f.launch_id)
+        if by is not None:
+            return (
+                f"now: server PID {f.pid} (launch {f.launch_id}) is still alive although "
+                f"kimi-ops signalled it to stop ({by}): it may be shutting down; `fab status` "
+                "says whether it has gone, `fab stop` ends it"
+            )
+        if f.stopped:
+            return (
+                f"now: server PID {f.pid} (launch {f.launch_id}) is alive but stopped by a "
+                f"signal (process state T); `kill -CONT {f.pid}` continues it"
+            )
+        stage = f.diagnosis.stage or "starting"
+        return (
+            f"now: server PID {f.pid} (launch {f.launch_id}) is running "
+            f"(log stage {stage}; `fab verify` checks it)"
+        )
+    state = classify(f)
+    return f"now: {state.state}: {state.message}; nothing serves on port {port}"

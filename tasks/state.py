@@ -139,14 +139,7 @@ def now_line(h: Host, p: Profile, *, step: str) -> str:
         facts, _ = gather(h, p, step=step)
     except Exception as exc:  # the report of a failed run must not fail itself
         return f"now: unknown (could not read the host's state: {exc})"
-    if facts.alive:
-        stage = facts.diagnosis.stage or "starting"
-        return (
-            f"now: server PID {facts.pid} (launch {facts.launch_id}) is running "
-            f"(log stage {stage}; `fab verify` checks it)"
-        )
-    state = hoststate.classify(facts)
-    return f"now: {state.state}: {state.message}; nothing serves on port {p.port}"
+    return hoststate.now_message(facts, p.port)
 
 
 def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, HostState]:

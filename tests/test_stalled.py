@@ -101,3 +101,18 @@ def test_verify_forgets_a_stop_that_was_continued() -> None:
     v.feed_poll(_poll(False), 5.0)  # continued (a debugger let go, `fg`)
     assert v.feed_poll(_poll(True), 12.0).state == "waiting"  # a new stop: its own grace
     assert v.feed_poll(_poll(True), 12.0 + STOPPED_GRACE).state == "stalled"
+
+
+def test_the_interrupted_runs_now_line_says_stopping_for_a_server_kimi_ops_signalled() -> None:
+    """Red team 2026-12-05: Ctrl-C in kill-stale, SIGTERM sent and the server not yet gone:
+    "now: ... is running" read as if nothing had been done to it."""
+    marker = hoststate.StopMarker("L1", "by=root@laptop pid=7 step=kill-stale at=T")
+    line = hoststate.now_message(facts(stop=marker), 8000)
+    assert "is running" not in line and "signalled it to stop" in line, line
+    assert "step=kill-stale" in line and "PID 100" in line
+    # an older launch's marker says nothing of this one: it is running
+    old = hoststate.StopMarker("L0", "by=x step=stop at=T")
+    assert "is running" in hoststate.now_message(facts(stop=old), 8000)
+    assert "kill -CONT 100" in hoststate.now_message(facts(stopped=True), 8000)
+    gone = hoststate.now_message(facts(alive=False, stop=marker), 8000)
+    assert gone.startswith("now: stopped:") and "nothing serves on port 8000" in gone, gone
