@@ -22,7 +22,7 @@ from .redact import (
     MASK,
     Masker,
     flag_secrets,
-    is_secret_name,
+    is_secret_env,
     redact_env,
     with_default_patterns,
 )
@@ -194,9 +194,11 @@ class Profile:
     def is_standin(self) -> bool:
         return self.engine == "standin"
 
-    def is_secret(self, name: str) -> bool:
-        """Is the env variable ``name`` a secret (its name matches ``secret_patterns``)?"""
-        return is_secret_name(name, self.secret_patterns)
+    def is_secret(self, name: str, value: object = None) -> bool:
+        """Is the env variable ``name`` a secret: its name matches ``secret_patterns``, or its
+        ``value`` carries a credential by its shape (a URL with a password, a known token
+        format: :func:`kimi_ops.redact.is_secret_value`)?"""
+        return is_secret_env(name, value, self.secret_patterns)
 
     def to_public_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` with every secret shown as ``***`` (safe to print)."""
@@ -578,7 +580,7 @@ def secret_env_values(profile: Profile, environ: Mapping[str, str]) -> dict[str,
     whose name looks secret (``secret_patterns``; the launch script leaves those out).
     ``environ`` is the local environment, passed in (this module does no I/O).
     """
-    out: dict[str, str] = {k: v for k, v in profile.env.items() if profile.is_secret(k)}
+    out: dict[str, str] = {k: v for k, v in profile.env.items() if profile.is_secret(k, v)}
     key = profile.api_key
     if key is None and profile.api_key_env:
         key = environ.get(profile.api_key_env)

@@ -43,12 +43,42 @@ def is_secret_name(name: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS)
     return any(p.upper() in upper for p in patterns if p)
 
 
+#: Values that carry a credential whatever their variable is called: a URL with a password in
+#: it (``postgres://user:pw@db/x``, ``https://user:token@host``), and tokens in the well-known
+#: formats (Hugging Face ``hf_...``, OpenAI-style ``sk-...``, GitHub ``ghp_`` / ``github_pat_``,
+#: Slack ``xox?-``, AWS access key ids, JSON web tokens).
+SECRET_VALUE_RE = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s/@]+@"
+    r"|\bhf_[A-Za-z0-9]{20,}"
+    r"|\bsk-[A-Za-z0-9_-]{20,}"
+    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+"
+)
+
+
+def is_secret_value(value: object) -> bool:
+    """``value`` holds a credential by its shape (:data:`SECRET_VALUE_RE`), whatever its
+    variable's name: e.g. ``DATABASE_URL=postgres://user:pw@db/app``."""
+    return isinstance(value, str) and SECRET_VALUE_RE.search(value) is not None
+
+
+def is_secret_env(
+    name: str, value: object, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS
+) -> bool:
+    """An environment entry is secret by its name (``secret_patterns``) or by its value's
+    shape (:func:`is_secret_value`). Secret entries go to the 0600 env file, never into the
+    launch script, and their values are masked wherever kimi-ops shows text."""
+    return is_secret_name(name, patterns) or is_secret_value(value)
+
+
 def split_env(
     env: Mapping[str, str], patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """(public, secret): the environment split by :func:`is_secret_name`."""
-    public = {k: v for k, v in env.items() if not is_secret_name(k, patterns)}
-    secret = {k: v for k, v in env.items() if is_secret_name(k, patterns)}
+    """(public, secret): the environment split by :func:`is_secret_env`."""
+    public = {k: v for k, v in env.items() if not is_secret_env(k, v, patterns)}
+    secret = {k: v for k, v in env.items() if is_secret_env(k, v, patterns)}
     return public, secret
 
 
@@ -56,7 +86,7 @@ def redact_env(
     env: Mapping[str, str], patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS
 ) -> dict[str, str]:
     """The environment with every secret value shown as ``***``."""
-    return {k: MASK if is_secret_name(k, patterns) else v for k, v in env.items()}
+    return {k: MASK if is_secret_env(k, v, patterns) else v for k, v in env.items()}
 
 
 def flag_secrets(args: Iterable[Any]) -> list[str]:
@@ -95,7 +125,7 @@ def config_secrets(config: Mapping[str, Any], environ: Mapping[str, str]) -> set
         env = section.get("env")
         if isinstance(env, Mapping):
             for k, v in env.items():
-                if is_secret_name(str(k), patterns):
+                if is_secret_env(str(k), v, patterns):
                     found |= _strings(v)
         found |= _strings(section.get("api_key"))
         for name_key in ("api_key_env",):

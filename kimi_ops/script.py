@@ -100,11 +100,10 @@ def render_launch_script(
     run_dir = profile.run_dir.rstrip("/") or "/"
     if not run_dir.startswith("/"):
         raise ValueError(f"run_dir must be absolute here, got {profile.run_dir!r}")
-    # Secret-named values (``secret_patterns``) are not written here: the env file sourced
-    # below (mode 0600) carries them.
-    environment = {
-        k: v for k, v in (profile.env if env is None else env).items() if not profile.is_secret(k)
-    }
+    # Secret values (by name, ``secret_patterns``, or by shape) are not written here: the env
+    # file sourced below (mode 0600) carries them.
+    source = profile.env if env is None else env
+    environment = {k: v for k, v in source.items() if not profile.is_secret(k, v)}
     if profile.is_standin:
         environment.setdefault("KIMI_STANDIN_CONFIG", f"{run_dir}/{STANDIN_CONFIG}")
     argv = engine_command(profile, extra_args)

@@ -122,3 +122,38 @@ def test_with_timeout_round_trips_any_one_line_command() -> None:
         wrapped = with_timeout(command, 7)
         assert wrapped.startswith("timeout -k 5 7 bash -c ")
         assert without_timeout(wrapped) == command
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "secret"),
+    [
+        ("DATABASE_URL", "postgres://app:s3cr3t-pw@db.internal:5432/app", True),
+        ("HTTPS_PROXY", "http://alice:Pr0xyPw@proxy.corp:3128", True),
+        ("HF_HUB_MIRROR", "https://user:tok123456@mirror.example/hf", True),
+        ("UPSTREAM", "hf_" + "A1b2C3d4E5f6G7h8I9j0K1", True),
+        ("OPENAI_BASE", "sk-proj-abcdefghijklmnopqrstuv", True),
+        ("GH", "ghp_" + "a" * 36, True),
+        ("AWS_ID", "AKIAIOSFODNN7EXAMPLE", True),
+        # a URL without a password, a port, plain settings: not secrets
+        ("HF_ENDPOINT", "https://hf-mirror.example/path", False),
+        ("NO_PROXY", "localhost,127.0.0.1", False),
+        ("VLLM_HOST_IP", "10.1.230.174", False),
+        ("NCCL_SOCKET_IFNAME", "eth0", False),
+        ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", False),
+    ],
+)
+def test_a_value_that_carries_a_credential_is_secret_whatever_its_name(
+    name: str, value: str, secret: bool
+) -> None:
+    """Red team 2026-12-05: DATABASE_URL=postgres://user:pw@... went into the launch script and
+    every report, its name matching no pattern."""
+    profile = load_profile({"env": {name: value, "NCCL_DEBUG": "WARN"}, "run_dir": "/srv/k"})
+    script = render_launch_script(profile)
+    shown = json.dumps(profile.to_public_dict()) + repr(profile)
+    masked = Masker(config_secrets(profile.to_dict(), {}))(f"x {value} y")
+    if secret:
+        assert value not in script and f"export {name}=" not in script
+        assert secret_env_values(profile, {})[name] == value
+        assert value not in shown and masked == "x *** y"
+    else:
+        assert f"export {name}=" in script and value in shown and masked == f"x {value} y"
