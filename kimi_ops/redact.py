@@ -89,6 +89,31 @@ def redact_env(
     return {k: MASK if is_secret_env(k, v, patterns) else v for k, v in env.items()}
 
 
+_ASSIGNMENT_RE = re.compile(
+    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\$'(?:[^'\\]|\\.)*'|'[^']*'|\"(?:[^\"\\]|\\.)*\"|[^\s;&|]+)"
+)
+_SECRET_FLAG_RE = re.compile(
+    r"(?P<flag>--(?:api[-_]key|hf[-_]token))(?P<sep>=|\s+)(?P<value>'[^']*'|\"[^\"]*\"|\S+)"
+)
+
+
+def mask_unknown_secrets(text: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS) -> str:
+    """``text`` (a shell script, a command line) with secrets hidden that no :class:`Masker`
+    knows the value of: an assignment to a secret-named variable (``export HF_TOKEN=...``), a
+    secret flag's value (``--api-key X``), and values shaped like credentials
+    (:data:`SECRET_VALUE_RE`). For text kimi-ops did not write now, e.g. an older launch script
+    on the host, whose token the current profile no longer holds."""
+
+    def assignment(m: re.Match[str]) -> str:
+        if is_secret_env(m.group("name"), m.group("value"), patterns):
+            return f"{m.group('name')}={MASK}"
+        return m.group(0)
+
+    text = _ASSIGNMENT_RE.sub(assignment, text)
+    text = _SECRET_FLAG_RE.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{MASK}", text)
+    return SECRET_VALUE_RE.sub(MASK, text)
+
+
 def flag_secrets(args: Iterable[Any]) -> list[str]:
     """Values of secret flags (``--api-key X``, ``--hf-token=X``, ``--hf_token X``) in an
     argument list."""

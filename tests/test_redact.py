@@ -157,3 +157,21 @@ def test_a_value_that_carries_a_credential_is_secret_whatever_its_name(
         assert value not in shown and masked == "x *** y"
     else:
         assert f"export {name}=" in script and value in shown and masked == f"x {value} y"
+
+
+def test_unknown_secrets_in_an_old_script_are_hidden_by_name_flag_and_shape() -> None:
+    from kimi_ops.redact import mask_unknown_secrets
+
+    old = (
+        "export HF_TOKEN='hf_oldtokenvalue1234567890abcd'\n"
+        "export NCCL_DEBUG=WARN\n"
+        "export DATABASE_URL='postgres://u:pw1234@db/x'\n"
+        "export MY_PASS=$'line1\\nline2'\n"
+        "exec python3 -m vllm.entrypoints.openai.api_server --api-key sk-old123 --port 8000\n"
+    )
+    got = mask_unknown_secrets(old)
+    for gone in ("hf_oldtoken", "pw1234", "line1", "sk-old123"):
+        assert gone not in got, got
+    assert "export NCCL_DEBUG=WARN" in got and "--port 8000" in got
+    assert "export HF_TOKEN=***" in got and "--api-key ***" in got
+    assert mask_unknown_secrets("A_BEARER=zz9", ["BEARER"]) == "A_BEARER=***"

@@ -22,6 +22,7 @@ from kimi_ops.preflight import (
     Plan,
 )
 from kimi_ops.profile import Profile
+from kimi_ops.redact import mask_unknown_secrets
 from kimi_ops.result import StepResult, changed, ok, skipped
 from kimi_ops.shell import file_quote
 from kimi_ops.shell import quote as q
@@ -114,6 +115,9 @@ def sync_files(
     diff = ""
     if LAUNCH_SCRIPT in todo:
         new_script = files[LAUNCH_SCRIPT][0].decode()
+        # The old script may hold a secret the profile no longer has (a rotated token, a value
+        # an older kimi-ops wrote in): hidden by name and shape, not only by known values.
+        old_script = mask_unknown_secrets(old_script, p.secret_patterns)
         diff = kvpatch.unified_diff(old_script, new_script, f"{r}/{LAUNCH_SCRIPT}")
     h.put_files([(files[n][0], f"{r}/{n}", files[n][1]) for n in todo], step=step)
     return todo + changed_names, diff

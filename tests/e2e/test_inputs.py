@@ -56,6 +56,16 @@ def test_secret_named_env_values_reach_only_the_0600_env_file(dep: Deployment) -
     # upload-script prints shows its removed lines, which must not show the values either.
     dep.run_dir.mkdir()
     old = "#!/usr/bin/env bash\n" + "".join(f"export {k}={v}\n" for k, v in values.items())
+    # ... and secrets the profile no longer holds (a rotated token, a credential URL, an API
+    # key on the exec line), which no masker knows by value (red team 2026-12-05)
+    rotated = {
+        "OLD_HF_TOKEN": "hf_" + secrets.token_hex(16),
+        "DATABASE_URL": f"postgres://app:{secrets.token_hex(6)}@db.internal/app",
+        "api-key": "sk-" + secrets.token_hex(14),
+    }
+    old += f"export OLD_HF_TOKEN={rotated['OLD_HF_TOKEN']}\n"
+    old += f"export DATABASE_URL='{rotated['DATABASE_URL']}'\n"
+    old += f"exec python3 -m vllm.entrypoints.openai.api_server --api-key {rotated['api-key']}\n"
     (dep.run_dir / "launch.sh").write_text(old)
     (dep.run_dir / "launch.sh").chmod(0o700)
 
@@ -91,6 +101,11 @@ def test_secret_named_env_values_reach_only_the_0600_env_file(dep: Deployment) -
         assert value in held, name
         for where, text in shown.items():
             assert value not in text, f"{name}'s value shown in {where}:\n{text[-3000:]}"
+    for name, value in rotated.items():
+        secret = value.split(":")[-1].split("@")[0] if name == "DATABASE_URL" else value
+        for where, text in shown.items():
+            assert secret not in text, f"old {name} shown in {where}:\n{text[-3000:]}"
+    assert "-export OLD_HF_TOKEN=***" in runs["deploy"].output, runs["deploy"].output
     script = (dep.run_dir / "launch.sh").read_text()
     assert "export NCCL_DEBUG=WARN" in script
     assert not any(f"export {n}=" in script for n in SECRET_NAMES), script
