@@ -5,13 +5,14 @@ multiprocessing semaphores are ``/dev/shm/sem.mp-*``. They leak on a crash and f
 after which NCCL fails.
 
 A file is removed only when no live process uses it: none maps it (``/proc/PID/maps``) and none
-holds it open (``/proc/PID/fd``). Another deployment's live server keeps its own files, and this
-deployment's leaked files are still removed. A file younger than ``min_age`` seconds is kept (a
-starting server may have created it and not mapped it yet). When the maps or fds of some process
-cannot be read (another user's process, without root), each file it could have opened (its uid
-owns the file, it is root, or the file's mode lets group/others in) is possibly in use: kept, and
-the report says so. PID 1 (the init system, whose maps a sandbox can hide even from root) is the
-one process not counted.
+holds it open (``/proc/PID/fd``), matched by device and inode, so a process that reached the file
+by another path (a bind mount, a container's view, a hard link) counts. Another deployment's live
+server keeps its own files, and this deployment's leaked files are still removed. A file younger
+than ``min_age`` seconds is kept (a starting server may have created it and not mapped it yet).
+When the maps or fds of some process cannot be read (another user's process, without root), each
+file it could have opened (its uid owns the file, it is root, or the file's mode lets group/others
+in) is possibly in use: kept, and the report says so. PID 1 (the init system, whose maps a sandbox
+can hide even from root) is the one process not counted.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ MIN_AGE_SECONDS = 10.0
 #: container runtime's init with capabilities root lacks), which must not block every cleanup.
 INIT_PID = 1
 _NAME = re.compile(r"^(psm_|sem\.mp-)[^/\s]+$")
-_FILE = re.compile(r"^F\t(\d+)\t([0-9.]+)\t(\d+)\t([0-7]+)\t(.*)$")
-_MAPS = re.compile(r"^/proc/(\d+)/maps:\S+ \S+ \S+ \S+ \S+\s+(.*)$")
+_FILE = re.compile(r"^F\t(\d+)\t([0-9.]+)\t(\d+)\t([0-7]+)\t(?:(\d+)\t(\d+)\t)?(/.*)$")
+_MAPS = re.compile(r"^/proc/(\d+)/maps:\S+ \S+ \S+ ([0-9a-fA-F]+):([0-9a-fA-F]+) (\d+)\s+(.*)$")
+_FD_INODE = re.compile(r"^I\t/proc/(\d+)/fd/\d+\t(\d+) (\d+)$")
 _UNREADABLE = re.compile(r"^U (\d+) (\d+)$")
 _FD = re.compile(r"^D\t/proc/(\d+)/fd\t(.*)$")
 
@@ -46,9 +48,12 @@ def usage_command(shm_dir: str = SHM_DIR) -> str:
     """One line: the candidate files (size, mtime) and, for every process, which of them it maps
     or holds open, plus the processes whose maps cannot be read. Needs bash, grep, find, date.
 
-    Output: ``dir=RESOLVED``, ``now=EPOCH``, ``F<TAB>size<TAB>mtime<TAB>path`` per file, ``U PID``
-    per process whose maps cannot be opened, grep's ``/proc/PID/maps:<maps line>`` per mapping,
-    and ``D<TAB>/proc/PID/fd<TAB>target`` per open descriptor.
+    Output: ``dir=RESOLVED``, ``now=EPOCH``, ``F<TAB>size<TAB>mtime<TAB>uid<TAB>mode<TAB>dev<TAB>
+    inode<TAB>path`` per file, ``U PID UID`` per process whose maps cannot be opened, grep's
+    ``/proc/PID/maps:<maps line>`` per mapping of any ``psm_*`` / ``sem.mp-*`` file, and per
+    descriptor open on one ``D<TAB>/proc/PID/fd<TAB>target`` and ``I<TAB>/proc/PID/fd/N<TAB>dev
+    inode``. A file is matched to its users by device and inode, so a process that reached it by
+    another path (a bind mount, a hard link, a container's view of the directory) is seen.
     """
     d = shlex.quote(shm_dir)
     script = (
@@ -56,14 +61,16 @@ def usage_command(shm_dir: str = SHM_DIR) -> str:
         f'd=$(cd {d} 2>/dev/null && pwd -P) || {{ echo "nodir"; exit 0; }}; '
         'echo "dir=$d"; echo "now=$(date +%s)"; '
         "find \"$d\" -maxdepth 1 -type f \\( -name 'psm_*' -o -name 'sem.mp-*' \\) "
-        "-printf 'F\\t%s\\t%T@\\t%U\\t%m\\t%p\\n' 2>/dev/null; "
+        "-printf 'F\\t%s\\t%T@\\t%U\\t%m\\t%D\\t%i\\t%p\\n' 2>/dev/null; "
         'for m in /proc/[0-9]*/maps; do { :; } 2>/dev/null < "$m" && continue; '
         'p=${m%/maps}; u=; while read -r k r e x; do [ "$k" = Uid: ] && u=$e && break; '
         'done 2>/dev/null < "$p/status"; [ -n "$u" ] && echo "U ${p#/proc/} $u"; done; '
-        'grep -s -H -F -e "$d/psm_" -e "$d/sem.mp-" /proc/[0-9]*/maps; '
+        'grep -s -H -F -e "/psm_" -e "/sem.mp-" /proc/[0-9]*/maps; '
         "find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 "
-        '\\( -lname "$d/psm_*" -o -lname "$d/sem.mp-*" \\) '
-        "-printf 'D\\t%h\\t%l\\n' 2>/dev/null; true"
+        '\\( -lname "*/psm_*" -o -lname "*/sem.mp-*" \\) '
+        "-printf 'D\\t%h\\t%l\\n%p\\n' 2>/dev/null | while IFS= read -r l; do "
+        'case "$l" in D*) printf "%s\\n" "$l";; *) i=$(stat -L -c "%d %i" "$l" 2>/dev/null) '
+        '&& printf "I\\t%s\\t%s\\n" "$l" "$i";; esac; done; true'
     )
     return "bash -c " + shlex.quote(script)
 
@@ -127,9 +134,22 @@ def parse_shm_listing(text: str, shm_dir: str = SHM_DIR) -> list[ShmFile]:
     return out
 
 
+def st_dev(major: int, minor: int) -> int:
+    """A device number as ``stat`` gives it (glibc's ``makedev``), from the ``MAJOR:MINOR`` (hex)
+    of a ``/proc/PID/maps`` line."""
+    return (
+        ((major & 0xFFFFF000) << 32)
+        | ((major & 0xFFF) << 8)
+        | ((minor & 0xFFFFFF00) << 12)
+        | (minor & 0xFF)
+    )
+
+
 def parse_usage(text: str, shm_dir: str = SHM_DIR) -> ShmUsage:
     """Parse :func:`usage_command` output. Paths are reported under ``shm_dir`` as given (the
-    host resolves symlinks to match the kernel's paths in maps and fd links)."""
+    host resolves symlinks to match the kernel's paths in maps and fd links). A mapping or an
+    open descriptor counts for a file when its device and inode are the file's (whatever path
+    the process reached it by), or, without those facts (older output), by its path."""
     given = shm_dir.rstrip("/") or "/"
     resolved = given
     now: float | None = None
@@ -137,27 +157,41 @@ def parse_usage(text: str, shm_dir: str = SHM_DIR) -> ShmUsage:
     users: dict[str, set[int]] = {}
     unreadable: dict[int, int] = {}
     by_name: dict[str, str] = {}
-    for line in text.split("\n"):
+    by_inode: dict[tuple[int, int], str] = {}
+    lines = text.split("\n")
+    for line in lines:
         if line.startswith("dir="):
             resolved = line[4:].rstrip("/") or "/"
         elif line.startswith("now=") and line[4:].strip().isdigit():
             now = float(line[4:])
         elif m := _FILE.match(line):
-            size, mtime, uid, mode, full = m.groups()
+            size, mtime, uid, mode, dev, ino, full = m.groups()
             head, _, name = full.rpartition("/")
             path = f"{given}/{name}"
             if head == resolved and _safe(path, given):
                 files.append(ShmFile(path, int(size), float(mtime), int(uid), int(mode, 8)))
                 by_name[name] = path
+                if dev is not None and ino is not None:
+                    by_inode[(int(dev), int(ino))] = path
         elif u := _UNREADABLE.match(line):
             unreadable[int(u.group(1))] = int(u.group(2))
-    for line in text.split("\n"):
-        m = _MAPS.match(line) or _FD.match(line)
-        if not m:
-            continue
-        head, _, name = m.group(2).rpartition("/")
-        if head == resolved and name in by_name:
-            users.setdefault(by_name[name], set()).add(int(m.group(1)))
+
+    def user(pid: str, path: str, inode: tuple[int, int] | None) -> None:
+        found = by_inode.get(inode) if inode is not None else None
+        if found is None:
+            head, _, name = path.removesuffix(" (deleted)").rpartition("/")
+            found = by_name.get(name) if head == resolved and not path.endswith(")") else None
+        if found is not None:
+            users.setdefault(found, set()).add(int(pid))
+
+    for line in lines:
+        if m := _MAPS.match(line):
+            pid, major, minor, ino, path = m.groups()
+            user(pid, path, (st_dev(int(major, 16), int(minor, 16)), int(ino)))
+        elif m := _FD.match(line):
+            user(m.group(1), m.group(2), None)
+        elif m := _FD_INODE.match(line):
+            user(m.group(1), "", (int(m.group(2)), int(m.group(3))))
     return ShmUsage(
         tuple(files),
         {k: frozenset(v) for k, v in users.items()},

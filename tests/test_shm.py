@@ -167,3 +167,51 @@ def test_the_usage_command_sees_real_mappings_and_open_files(tmp_path: Path) -> 
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_file_mapped_or_held_by_another_path_is_in_use(tmp_path: Path) -> None:
+    """Red team 2026-12-05: "in use" was decided by path, so a process that reached the file by
+    another path (a bind mount, a container's view, here a hard link) did not count, and its
+    live ring buffer was removed. Users are matched by device and inode now."""
+    shm_dir, elsewhere = tmp_path / "shm", tmp_path / "bound"
+    shm_dir.mkdir()
+    elsewhere.mkdir()
+    mapped, held = shm_dir / "psm_viaother", shm_dir / "sem.mp-viaother"
+    for p in (mapped, held):
+        p.write_bytes(b"\0" * 4096)
+        os.link(p, elsewhere / p.name)
+        old = time.time() - 600
+        os.utime(p, (old, old))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(elsewhere / mapped.name), str(elsewhere / held.name)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        out = subprocess.run(
+            ["bash", "-c", usage_command(str(shm_dir))], capture_output=True, text=True, timeout=60
+        )
+        usage = parse_usage(out.stdout, str(shm_dir))
+        assert holder.pid in usage.users.get(str(mapped), ()), out.stdout[-2000:]
+        assert holder.pid in usage.users.get(str(held), ()), out.stdout[-2000:]
+        plan = plan_shm_cleanup(usage)
+        assert not any(f.path in (str(mapped), str(held)) for f in plan.files)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_maps_device_numbers_are_read_as_stat_gives_them() -> None:
+    from kimi_ops.shm import st_dev
+
+    assert st_dev(0, 0x1A) == os.makedev(0, 0x1A)
+    assert st_dev(259, 0x103) == os.makedev(259, 0x103)
+    text = (
+        "dir=/dev/shm\nnow=1000000\n"
+        f"F\t10\t1.0\t0\t600\t{os.makedev(0, 0x1A)}\t77\t/dev/shm/psm_a\n"
+        "/proc/9/maps:7f00-7f10 rw-s 00000000 00:1a 77 /mnt/elsewhere/psm_a\n"
+        f"I\t/proc/10/fd/4\t{os.makedev(0, 0x1A)} 77\n"
+        "/proc/11/maps:7f00-7f10 rw-s 00000000 00:1b 77 /mnt/other-fs/psm_a\n"
+    )
+    assert parse_usage(text).users == {"/dev/shm/psm_a": frozenset({9, 10})}
