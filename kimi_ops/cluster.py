@@ -22,7 +22,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import ProfileError
-from .procs import Listing, Proc, Selection, ancestors, descendants, parse_ps
+from .procs import (
+    Listing,
+    Proc,
+    Selection,
+    ancestors,
+    descendants,
+    parse_pidfile_process,
+    parse_ps,
+    read_pidfile_command,
+)
 from .profile import Profile
 from .shell import quote as q
 
@@ -292,7 +301,7 @@ def probe_command(rdir: str, listing: str) -> str:
     """One round trip on a node: the recorded PID, the marked PIDs, the listing, the log tail."""
     r = q(rdir)
     return (
-        f'echo "ray_pid=$(cat {r}/{RAY_PIDFILE} 2>/dev/null)"; '
+        read_pidfile_command(f"{r}/{RAY_PIDFILE}", "ray_pid") + "; "
         f'echo "launch_id=$(cat {r}/{RAY_LAUNCH_ID} 2>/dev/null)"; '
         f"{marker_command(rdir)}; echo @@ps; {listing}; echo @@log; "
         f"tail -c 16384 {r}/{RAY_LOG} 2>/dev/null; true"
@@ -513,11 +522,16 @@ def select_ray_processes(
     return Selection(targets, {p.pid: reasons[p.pid] for p in targets})
 
 
-def parse_probe(text: str) -> NodeProbe:
+def parse_probe(text: str, rdir: str = "") -> NodeProbe:
+    """What :func:`probe_command` printed. The recorded ``ray start`` PID counts only while it
+    is the process ray.pid was written for: one whose environment names another run dir than
+    ``rdir``, or that started after ray.pid was written, is a reused PID (never ended)."""
     head, _, rest = text.partition("@@ps\n")
     ps_text, _, log = rest.partition("@@log\n")
     kv = parse_kv(head)
     pid = kv.get("ray_pid", "").strip()
+    if parse_pidfile_process(kv, "ray_pid").foreign(rdir):
+        pid = ""
     marked = frozenset(
         int(line.split("=", 1)[1])
         for line in head.splitlines()

@@ -23,6 +23,7 @@ from typing import Any
 
 from .defaults import ROUTER_DEFAULTS
 from .errors import ProfileError
+from .procs import parse_pidfile_process, read_pidfile_command
 from .sections import merged_section
 from .shell import quote as q
 from .verify import probe_address
@@ -283,14 +284,26 @@ def port_command(settings: RouterSettings) -> str:
 
 
 def state_command(run_dir: str) -> str:
-    """The recorded PID, whether it is alive, its command line, and the config's checksum."""
+    """The recorded PID and the facts of its process (:func:`kimi_ops.procs.
+    read_pidfile_command`: state, exact argv, start time against the pidfile's mtime), and the
+    config's checksum. Read with :func:`recorded_pid`."""
     r = q(run_dir.rstrip("/"))
     return (
-        f'pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); echo "pid=$pid"; '
-        'if [ -n "$pid" ]; then st=$(ps -o stat= -p "$pid" 2>/dev/null | tr -d " "); '
-        'echo "stat=$st"; echo "args=$(ps -ww -o args= -p "$pid" 2>/dev/null)"; fi; '
-        f'echo "sha=$(sha256sum < {r}/{CONFIG_FILE} 2>/dev/null | cut -d" " -f1)"'
+        read_pidfile_command(f"{r}/{PIDFILE}")
+        + f'; echo "sha=$(sha256sum < {r}/{CONFIG_FILE} 2>/dev/null | cut -d" " -f1)"'
     )
+
+
+def recorded_pid(info: Mapping[str, str], settings: RouterSettings) -> int | None:
+    """The pidfile's PID if it is still the HAProxy kimi-ops started: alive (not a zombie), its
+    command line ours (:func:`is_our_haproxy`), and not started after the pidfile was written
+    (a reused PID running another HAProxy with a config of the same name is not ours)."""
+    proc = parse_pidfile_process(info)
+    if proc.pid is None or not proc.alive or proc.started_after_pidfile:
+        return None
+    if info.get("stat", "").startswith("Z"):  # (an older state_command's output)
+        return None
+    return proc.pid if is_our_haproxy(" ".join(proc.argv), settings) else None
 
 
 def is_our_haproxy(args: str, settings: RouterSettings) -> bool:

@@ -185,7 +185,7 @@ def probe(n: NodeHost, step: str) -> cl.NodeProbe:
     out = n.host.run(
         cl.probe_command(n.rdir, procs.LISTING_COMMAND), step=step, mutating=False, timeout=60
     )
-    return cl.parse_probe(out.stdout)
+    return cl.parse_probe(out.stdout, n.rdir)
 
 
 def end_ray(

@@ -167,11 +167,7 @@ def running_pid(rh: RouterHost, *, step: str) -> tuple[int | None, str]:
     info = parse_key_values(
         rh.host.run(rt.state_command(rh.run_dir), step=step, mutating=False).stdout
     )
-    pid = info.get("pid", "")
-    stat = info.get("stat", "")
-    alive = pid.isdigit() and bool(stat) and not stat.startswith("Z")
-    ours = alive and rt.is_our_haproxy(info.get("args", ""), rh.settings)
-    return (int(pid) if ours else None), info.get("sha", "")
+    return rt.recorded_pid(info, rh.settings), info.get("sha", "")
 
 
 def _log_tail(rh: RouterHost, step: str) -> tuple[str, ...]:
