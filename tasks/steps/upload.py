@@ -125,9 +125,28 @@ def sync_files(
 
 def ensure_standin(h: Host, p: Profile, *, step: str) -> None:
     """With ``engine: standin``, the emulator must be on the host before facts are gathered."""
-    if p.is_standin:
-        files = upload_files(p)
-        sync_files(h, p, {n: files[n] for n in (STANDIN_SCRIPT, STANDIN_CONFIG)}, step=step)
+    if not p.is_standin:
+        return
+    files = upload_files(p)
+    changed, _ = sync_files(
+        h, p, {n: files[n] for n in (STANDIN_SCRIPT, STANDIN_CONFIG)}, step=step
+    )
+    if h.dry and STANDIN_SCRIPT in changed:
+        # A dry run uploads nothing; without the emulator on the host there are no GPU or vLLM
+        # facts to check, and "can't open file kimi_standin.py" would be all preflight said.
+        path = f"{_run_dir(p)}/{STANDIN_SCRIPT}"
+        there = h.run(f"test -f {q(path)}", step=step, check=False, mutating=False)
+        if not there.ok:
+            raise StepFailed(
+                step,
+                f"dry run: the stand-in engine is not on the host yet ({path}), and a dry run "
+                "uploads nothing, so the emulated GPUs and vLLM cannot be asked for facts; "
+                "nothing was changed",
+                command=there.command,
+                exited=there.exited,
+                hint="run `fab upload-script` once (it uploads the stand-in and the launch "
+                "script, nothing else), then `--dry` shows the whole deploy",
+            )
 
 
 def upload_script(

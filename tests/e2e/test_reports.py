@@ -491,3 +491,18 @@ def test_status_calls_a_loading_server_whose_log_went_silent_stalled(dep: Deploy
     assert stalled.returncode == 9, stalled.describe()
     line = status_line(stalled.output)
     assert "stalled:" in line and "has not grown for" in line, stalled.describe()
+
+
+def test_a_dry_deploy_on_a_fresh_stand_in_host_says_why_it_cannot_check(dep: Deployment) -> None:
+    """Red team 2026-12-05: `deploy --dry` on a host without the stand-in failed preflight with
+    "can't open file .../kimi_standin.py" (a dry run uploads nothing). Now it says so, changes
+    nothing, and names the way on; after `upload-script` the dry deploy runs through."""
+    fresh = dep.fab("deploy", "--dry")
+    assert fresh.returncode == 1, fresh.describe()
+    assert "the stand-in engine is not on the host yet" in fresh.output, fresh.describe()
+    assert "fab upload-script" in fresh.output and "can't open file" not in fresh.output
+    assert not dep.run_dir.exists()  # nothing was created
+    assert dep.fab("upload-script").ok
+    dry = dep.fab("deploy", "--dry")
+    assert dry.ok, dry.describe()
+    assert dep.pidfile_pid() is None  # still nothing launched
