@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 SHM_DIR = "/dev/shm"
@@ -113,6 +113,9 @@ class ShmPlan:
 
     files: tuple[ShmFile, ...]
     kept: tuple[tuple[ShmFile, str], ...] = ()
+    #: Of ``files``: those in use now only by processes that are to be ended first (a dry run's
+    #: kill-stale would end them), with their PIDs.
+    freed_by_ending: tuple[tuple[ShmFile, tuple[int, ...]], ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -201,16 +204,25 @@ def parse_usage(text: str, shm_dir: str = SHM_DIR) -> ShmUsage:
     )
 
 
-def plan_shm_cleanup(usage: ShmUsage, min_age: float = MIN_AGE_SECONDS) -> ShmPlan:
-    """Per file: remove it when no live process maps it or holds it open and it is old enough."""
+def plan_shm_cleanup(
+    usage: ShmUsage, min_age: float = MIN_AGE_SECONDS, ending: Iterable[int] = ()
+) -> ShmPlan:
+    """Per file: remove it when no live process maps it or holds it open and it is old enough.
+
+    ``ending``: PIDs that will have been ended before the removal (what a dry run's kill-stale
+    would end): their use does not keep a file, and the plan names those files."""
     remove: list[ShmFile] = []
     kept: list[tuple[ShmFile, str]] = []
+    freed: list[tuple[ShmFile, tuple[int, ...]]] = []
+    gone = frozenset(ending)
     for f in usage.files:
-        pids = sorted(usage.users.get(f.path, ()))
+        users = sorted(usage.users.get(f.path, ()))
+        pids = [x for x in users if x not in gone]
         age = None if usage.now is None or f.mtime is None else usage.now - f.mtime
         if pids:
             kept.append((f, "in use by PID " + ", ".join(str(p) for p in pids)))
-        elif age is None or age < min_age:
+        elif not users and (age is None or age < min_age):
+            # (a file only ending processes use is theirs: mapped already, whatever its age)
             shown = "unknown" if age is None else f"{max(age, 0):.0f} s"
             kept.append((f, f"too young ({shown} old, < {min_age:g} s): a starting server"))
         elif blind := [
@@ -220,7 +232,9 @@ def plan_shm_cleanup(usage: ShmUsage, min_age: float = MIN_AGE_SECONDS) -> ShmPl
             kept.append((f, f"possibly in use: the maps of PID {few} cannot be read (run as root)"))
         else:
             remove.append(f)
-    return ShmPlan(tuple(remove), tuple(kept))
+            if users:
+                freed.append((f, tuple(users)))
+    return ShmPlan(tuple(remove), tuple(kept), tuple(freed))
 
 
 def remove_commands(

@@ -338,8 +338,9 @@ def run_deploy(s: Session, *, restart: bool = False) -> None:
         s.reporter.recap()
         return
     host_state.mark_stopping(h, p, step="deploy")
-    s.report(steps.kill_stale(h, p))
-    s.report(steps.clean_shm(h, p, refuse_fails=False))
+    stale = steps.kill_stale(h, p)
+    s.report(stale)
+    s.report(steps.clean_shm(h, p, refuse_fails=False, after=stale))
     if plan.patch_kv_config:
         s.report(steps.patch_kv_config(h, p))
     else:

@@ -215,3 +215,17 @@ def test_maps_device_numbers_are_read_as_stat_gives_them() -> None:
         "/proc/11/maps:7f00-7f10 rw-s 00000000 00:1b 77 /mnt/other-fs/psm_a\n"
     )
     assert parse_usage(text).users == {"/dev/shm/psm_a": frozenset({9, 10})}
+
+
+def test_files_only_ending_processes_use_are_planned_for_removal_and_named() -> None:
+    """A dry run's kill-stale would end PID 700 first: its files (even young ones) are what the
+    real run removes; a file another live process also uses is kept."""
+    mine = ShmFile("/dev/shm/psm_mine", 10, NOW - 2)  # young, but mapped by the ending server
+    shared = ShmFile("/dev/shm/psm_shared", 10, OLD)
+    usage = ShmUsage(
+        (mine, shared), {mine.path: frozenset({700}), shared.path: frozenset({700, 9})}, {}, NOW
+    )
+    plan = plan_shm_cleanup(usage, ending=[700])
+    assert plan.files == (mine,) and plan.freed_by_ending == ((mine, (700,)),)
+    assert plan.kept == ((shared, "in use by PID 9"),)
+    assert plan_shm_cleanup(usage).files == ()  # without it: both in use

@@ -97,7 +97,10 @@ def kill_stale(
     lines = tuple(selection.describe()) + foreign
     if h.dry:
         return skipped(
-            step, f"dry run: would end {len(selection.targets)} process(es)", lines=lines
+            step,
+            f"dry run: would end {len(selection.targets)} process(es)",
+            lines=lines,
+            data={"pids": selection.pids},
         )
     term = h.run(procs.signal_command("TERM", selection.pids), step=step)
     sent, _ = procs.parse_signal_output(term.stdout)
@@ -151,15 +154,23 @@ def kill_stale(
 
 
 def clean_shm(
-    h: Host, p: Profile, *, step: str = "clean-shm", refuse_fails: bool = True
+    h: Host,
+    p: Profile,
+    *,
+    step: str = "clean-shm",
+    refuse_fails: bool = True,
+    after: StepResult | None = None,
 ) -> StepResult:
     """Remove the psm_* and sem.mp-* files in shm_dir that no live process maps or holds open
     (and that are older than a few seconds). Files in use (another deployment's live server)
     are kept and named. ``refuse_fails``: fail when a file had to be kept only because some
-    process's maps could not be read (the `clean-shm` task); deploy passes False."""
+    process's maps could not be read (the `clean-shm` task); deploy passes False. ``after``:
+    the kill-stale that ran before; in a dry run its processes are still alive, and the files
+    only they use are reported as what the real run would remove once they are ended."""
     out = h.run(shm.usage_command(p.shm_dir), step=step, mutating=False)
     usage = shm.parse_usage(out.stdout, p.shm_dir)
-    plan = shm.plan_shm_cleanup(usage)
+    ending = after.data.get("pids", []) if h.dry and after is not None and after.data else []
+    plan = shm.plan_shm_cleanup(usage, ending=ending)
     kept = tuple(f"kept {f.path}: {why}" for f, why in plan.kept)
     if plan.undecided and refuse_fails and not plan.files:
         return failed(
@@ -175,10 +186,22 @@ def clean_shm(
         return ok(step, f"no stale shared memory in {p.shm_dir}")
     size = shm.human_bytes(plan.total_bytes)
     if h.dry:
+        freed = {f.path: pids for f, pids in plan.freed_by_ending}
+        later = f" ({len(freed)} of them once kill-stale has ended their server)" if freed else ""
+        shown = tuple(
+            f.path
+            + (
+                f" (in use now by PID {', '.join(map(str, freed[f.path]))}, which kill-stale "
+                "would end first)"
+                if f.path in freed
+                else ""
+            )
+            for f in plan.files[:20]
+        )
         return skipped(
             step,
-            f"dry run: would remove {len(plan.files)} file(s), {size}",
-            lines=tuple(f.path for f in plan.files[:20]) + kept,
+            f"dry run: would remove {len(plan.files)} file(s), {size}{later}",
+            lines=shown + kept,
         )
     for command in shm.remove_commands(plan.files, p.shm_dir):
         h.run(command, step=step)

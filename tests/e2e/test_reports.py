@@ -506,3 +506,22 @@ def test_a_dry_deploy_on_a_fresh_stand_in_host_says_why_it_cannot_check(dep: Dep
     dry = dep.fab("deploy", "--dry")
     assert dry.ok, dry.describe()
     assert dep.pidfile_pid() is None  # still nothing launched
+
+
+def test_a_dry_restart_names_the_shm_files_the_real_one_would_remove(dep: Deployment) -> None:
+    """Red team 2026-12-05: `deploy --restart --dry` said clean-shm would keep the running
+    server's ring buffers (in use), though the real run removes them once kill-stale has ended
+    it. The dry run names them, and which PID holds them now; nothing is removed."""
+    assert dep.fab("deploy").ok
+    server = dep.pidfile_pid()
+    files = sorted(p.name for p in dep.shm_dir.iterdir() if p.name.startswith("psm_"))
+    assert files, "the stand-in maps its psm_* files"
+    dry = dep.fab("deploy", "--restart", "--dry")
+    assert dry.ok, dry.describe()
+    line = next(ln for ln in dry.output.splitlines() if "clean-shm" in ln)
+    assert "would remove" in line and "once kill-stale has ended their server" in line, line
+    for name in files:
+        shown = next(ln for ln in dry.output.splitlines() if name in ln)
+        assert f"in use now by PID {server}" in shown, shown  # the stand-in's API server maps them
+    assert sorted(p.name for p in dep.shm_dir.iterdir() if p.name.startswith("psm_")) == files
+    assert server is not None and pid_alive(server)
