@@ -78,6 +78,25 @@ _INITIALIZING_ENGINE = _STAGE_INDEX["initializing_engine"]
 _UTILITY_FAILED_RE = re.compile(r"Invocation of \w+ method failed")
 
 
+#: V0's multiprocessing client (in the API server's process) polling the engine's sockets: an
+#: exception there is the link to the engine failing (often after the engine process died),
+#: not vLLM's engine dying of it (vLLM says that itself: MQEngineDeadError, "Engine process
+#: failed to start")
+_MQ_CLIENT_LOOP_RE = re.compile(
+    r"/engine/multiprocessing/client\.py\", line \d+, in run_(?:output_handler|heartbeat)_loop"
+)
+
+
+def _mq_client(frame: str) -> bool:
+    """Is this frame V0's MQ client's loop (its failure is not the engine dying of it)?"""
+    return "_loop" in frame and _MQ_CLIENT_LOOP_RE.search(frame) is not None
+
+
+#: An ERROR record of vLLM's OpenAI serving layer (``[serving_chat.py:257]``,
+#: ``serving_completion.py:112]``): the handler of one request logging why it refused it.
+_REQUEST_HANDLER_RE = re.compile(r"\bERROR\b[^\]]*?[\[\s](?:[\w.\-]*/)?serving_\w+\.py:\d+\]")
+
+
 #: A Python frame behind marks of a shape no prefix rule knows (a web console's, pasted): the
 #: whole frame, to the end of the line, after a space
 _LATE_FRAME_RE = re.compile(r'\sFile "[^"]+", line \d+, in [\w<>.]+\s*$')
@@ -242,6 +261,16 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
             if engine:
                 events[i] = (*events[i][:-1], True)
         elif kind == _EV_EXC:
+            if (
+                "serving_" in raw
+                and _REQUEST_HANDLER_RE.search(raw)
+                and not any(e[1] == _EV_RULE for e in events[start:])
+            ):
+                # the OpenAI layer's handler logging one request's error (a prompt too long,
+                # a bad chat template) and answering it with a 4xx: the server is up. A
+                # cause a rule names on the line (an engine death) stays what it is.
+                events[i] = (events[i][0], _EV_HEALTHY, events[i][2], False, None)
+                continue
             vllm_exc = _VLLM_ORIGIN_RE.search(raw) is not None
             worker = _WORKER_ORIGIN_RE.search(raw) is not None
             events[i] = (*events[i][:-3], vllm_exc, worker, vllm_exc and engine)

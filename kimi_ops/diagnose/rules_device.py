@@ -351,7 +351,7 @@ DEVICE_RULES: tuple[Rule, ...] = (
         # not a shape that the tensor-parallel split does not divide (a size to change).
         [
             r"^\s*(?:[\w.]+\.)?(?:Value|NotImplemented|Runtime|Assertion)Error: "
-            r"(?!.*(?i:kv.?cache|attention|\battn|install|outdated|divisible))"
+            r"(?!.*(?i:kv.?cache|attention|\battn|install|outdated|divisible|with architecture))"
             + _NOT_ANOTHER_SETTING
             # the format may carry a prefix ("ptpc_fp8")
             + r"(?=.*?(?:\b|(?<=[a-z])(?=[A-Z]))(?P<quantization>(?:[a-z]+_)?(?i:nvfp4|mxfp4|"
@@ -559,11 +559,14 @@ DEVICE_RULES: tuple[Rule, ...] = (
             "is not supported for now",
             "does not recognize this arch",
             "are not supported on",
+            "GGUF model with architecture",
         ),
         [
             # also a platform's own list ("... are not supported on Neuron for now")
             r"Model architectures? \[?(?P<arch>[^\]]*?)\]? (?:are|is) not supported "
             r"(?:on (?P<platform>\w+) )?for now",
+            # vLLM's GGUF loader: the file's architecture has no mapping to a vLLM model
+            r"GGUF model with architecture (?P<arch>[\w\-]+) is not supported",
             r"model type `(?P<model_type>[\w\-]+)` but Transformers does not recognize this "
             r"architecture",
             r"does not recognize this architecture",

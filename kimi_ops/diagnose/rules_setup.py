@@ -405,7 +405,8 @@ _MODEL_RULES: tuple[Rule, ...] = (
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
             r"(?:^|\s)(?:(?P<model>[\w.\-/]+) )?does not appear to have a file "
-            r"named (?P<missing_file>(?:config|params)\.json|[\w.\-]+\.(?:safetensors|bin|gguf))",
+            r"named (?P<missing_file>(?:config|params)\.json|"
+            r"[\w.\-]+\.(?:safetensors|bin|gguf|py))",
             # ... the same raised, its file name wrapped away from the line (a page's paste)
             r"^(?:[\w.]+\.)?OSError: (?:(?P<model>[\w.\-/]+) )?does not appear to have a file "
             r"named\s*$",

@@ -38,6 +38,7 @@ from kimi_ops.diagnose.events import (
     _analyze,
     _analyze_join,
     _mark_raw_facts,
+    _mq_client,
 )
 from kimi_ops.diagnose.markers import (
     _ARG_CHECK_FRAME_RE,
@@ -490,7 +491,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
             st.last_generating_frame_pos = pos
         elif "/torch/cuda/" in ev[2] and _DEVICE_QUERY_FRAME_RE.search(ev[2]):
             st.last_device_query_frame_pos = pos
-        if ("/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2])) or (
+        if ("/vllm/" in ev[2] and _VLLM_CODE_RE.search(ev[2]) and not _mq_client(ev[2])) or (
             ("load_vllm" in ev[2] or "/aphrodite/" in ev[2]) and _VLLM_KIN_FRAME_RE.search(ev[2])
         ):
             st.last_vllm_frame_pos = pos
