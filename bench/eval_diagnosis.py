@@ -96,7 +96,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zh": ("1b62712", "beffd6c"),
     "blind-zi": ("c4afe52", "9d9d5a9"),
     "blind-zk": ("bba2ea0", "a987001"),
-    "blind-zm": ("0e63bdb", None),
+    "blind-zm": ("0e63bdb", "0329df0"),
 }
 
 
