@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from kimi_ops.diagnose.candidates import _CONT, _OPEN_FRAME, _candidate_lines
+from kimi_ops.diagnose.candidates import _CONT, _OPEN_FRAME, _candidate_lines, _freq_keywords
 from kimi_ops.diagnose.clean import (
     DOCKER_JSON_START,
     clean_line,
@@ -49,7 +49,6 @@ from kimi_ops.diagnose.markers import (
     _CONFIG_REFUSAL_RE,
     _DEVICE_QUERY_FRAME_RE,
     _ENGINE_LOOP_FRAME_RE,
-    _FREQ_HEALTHY,
     _GENERATING_FRAME_RE,
     _HTTP_SHUTDOWN_RE,
     _IGNORED_PREFIXES,
@@ -557,7 +556,7 @@ def _process(st: _State, block: str) -> None:
     st.offset += len(block)
     scan = block.replace("\r", "\n") if "\r" in block else block
     events: list[tuple[Any, ...]] = []
-    for kw in _FREQ_HEALTHY:  # frequent serving markers: only the last one matters
+    for kw in _freq_keywords(scan):  # frequent serving markers: only the last one matters
         p = scan.rfind(kw)
         if p >= 0:
             ls = scan.rfind("\n", 0, p) + 1

@@ -117,6 +117,12 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "CCL INFO",  # ... and its trace of an error code ("init.cc:2257 -> 1")
     "Cuda error",  # vLLM's custom all-reduce: "Failed: Cuda error .../custom_all_reduce.cuh"
     "Exception raised from",  # a C++ (c10) exception's source (the NCCL watchdog's)
+    # (were str.find needles, one pass over each block apiece; their first or an inner
+    # character is an anchor already, so here they cost no pass of their own)
+    "Starting to load",
+    "Python.h: No such",  # gcc, building a JIT helper without Python's headers
+    "Deployed app '",  # Ray Serve: the app's deployments are healthy
+    "CPStore",  # torch.distributed's TCPStore losing its master (a warning, no error word)
     "Unhandled exception",  # Ray's terminate handler
     "what(): ",  # std::terminate's account of the uncaught C++ exception
     "Check failed",  # glog / Ray CHECK
@@ -142,26 +148,22 @@ _FIND_WORDS: tuple[str, ...] = (
     "Illegal instruction",  # the shell's word for SIGILL (a line of its own: no trigger word)
     "startup complete",
     "non-default args",
-    "Starting to load",
     "core dumped",
     "^C",
-    "Available routes",
-    "Available memory: 0,",  # vllm-ascend: nothing left for the KV cache (an INFO line)
+    # the route list; vllm-ascend's "Available memory: 0," (nothing left for the KV cache)
+    "Available ",
     "systemd[",  # the journal's lines about the unit (stopped, killed, failed)
     "  Terminated ",  # bash's job report of a SIGTERM
-    "Python.h: No such",  # gcc, building a JIT helper without Python's headers
     "vllm rollout",  # verl's rollout worker built its in-process engine
     "generation end",  # ... verl's trainer validated with it ("validation generation end")
     "sharding manager init done",  # ... verl's Megatron workers built it
-    "Deployed app '",  # Ray Serve: the app's deployments are healthy
     "' is ready at http",  # ... and serve.run's "Application 'default' is ready at http://.."
     "Graph capturing",  # V0 before 0.6.4's last init step (it printed no "init engine ... took")
     " panicked at ",  # a Rust thread's panic (a Rust front end, a tokenizer)
-    "TCPStore",  # torch.distributed's store losing its master (a warning, no error word)
     "unrecognized arguments: ",  # argparse's message, when a page kept only that line
-    "command not found",  # bash / zsh: no such program on the PATH
-    ": not found",  # sh (dash): no such program
-    "executable file not found",  # the container runtime: no such program in the image
+    # no such program: bash / zsh "command not found", sh (dash) "sh: 1: vllm: not found", the
+    # container runtime "executable file not found"
+    " not found",
     "initializing for too long",  # Modal's runner giving up on a server still starting
     "ping health check",  # ... and SageMaker's endpoint
 )
