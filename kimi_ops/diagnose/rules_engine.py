@@ -63,6 +63,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
             "AsyncLLMEngine has failed",
             "Exception in thread",
             "in run_mp_engine",
+            "in run_rpc_server",
             "died before responding",
             "output_handler failed",
             "Engine iteration timed out",
@@ -101,6 +102,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
             # failing (the excerpt may cut the exception and "Engine process failed to start")
             # (or a fork's: ipex-llm's ipex_llm/vllm/xpu/engine/engine.py)
             r"^\s*File \S*/engine/(?:multiprocessing/)?engine\.py\S*, line \d+, in run_mp_engine$",
+            # ... and 0.5's (the OpenAI server's RPC engine process, before run_mp_engine)
+            r"^\s*File \S*/entrypoints/openai/rpc/server\.py\S*, line \d+, in run_rpc_server$",
         ],
         "The engine died and none of the known causes was recognised. Read the traceback "
         "above the wrapper error[[ - first error: {root_cause}]]; the last log lines show the "

@@ -249,6 +249,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             # Tenstorrent's allocator (tt-metal): device DRAM / L1 exhausted
             r"Out of Memory: Not enough space to allocate \d+ B (?:DRAM|L1)",
             r"(?i:(?:cuda|hip)(?: driver)? error: out of memory)",
+            r"Triton Error \[(?:CUDA|HIP)\]: out of memory",  # a Triton kernel's launch / autotune
             r"OutOfMemoryError: (?:CUDA|HIP)",
             # torch's own OOM exception type, whatever vLLM wrapped its message in ("Error in
             # model execution ..."); Ray's OutOfMemoryError (host RAM) is not torch's

@@ -401,6 +401,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "Forbidden",
             ".incomplete'",
             " not exists on ",
+            "initializing ngc repo",
         ),
         [
             r"Invalid repository ID or local directory specified:? '?(?P<model>[^'\s]+)?",
@@ -444,6 +445,9 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"\bNotExistError\b.*\b(?:model|revision)",
             r"failed to access model\b.*\bmay not exist or may be\s+private",
             r"\bRepo (?P<model>\S+) not exists on (?:either )?https?://",  # (its hub's logger)
+            # NVIDIA NIM: its model store could not be set up from NGC (credentials, network, a
+            # missing model), so the profile's files could not be had
+            r"initializing ngc repo from repo_id: (?P<model>ngc://[^\s\",]+)",
             r"GatedRepoError|Cannot access gated repo|Access to model \S+ is restricted",
             r"Can't load the configuration of '(?P<model>[^']+)'",
             r"Incorrect path_or_model_id:? '(?P<model>[^']*)'",  # ('' : no model given)
