@@ -97,7 +97,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zi": ("c4afe52", "9d9d5a9"),
     "blind-zk": ("bba2ea0", "a987001"),
     "blind-zm": ("0e63bdb", "0329df0"),
-    "blind-zn": ("c476dc4", None),
+    "blind-zn": ("c476dc4", "4afbf4b"),
 }
 
 
