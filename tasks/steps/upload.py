@@ -128,10 +128,8 @@ def ensure_standin(h: Host, p: Profile, *, step: str) -> None:
     if not p.is_standin:
         return
     files = upload_files(p)
-    changed, _ = sync_files(
-        h, p, {n: files[n] for n in (STANDIN_SCRIPT, STANDIN_CONFIG)}, step=step
-    )
-    if h.dry and STANDIN_SCRIPT in changed:
+    todo, _ = sync_files(h, p, {n: files[n] for n in (STANDIN_SCRIPT, STANDIN_CONFIG)}, step=step)
+    if h.dry and STANDIN_SCRIPT in todo:
         # A dry run uploads nothing; without the emulator on the host there are no GPU or vLLM
         # facts to check, and "can't open file kimi_standin.py" would be all preflight said.
         path = f"{_run_dir(p)}/{STANDIN_SCRIPT}"
