@@ -92,8 +92,12 @@ def redact_env(
 _ASSIGNMENT_RE = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\$'(?:[^'\\]|\\.)*'|'[^']*'|\"(?:[^\"\\]|\\.)*\"|[^\s;&|]+)"
 )
+#: A secret flag (:data:`SECRET_FLAGS`, ``-`` or ``_`` between its words, as vLLM reads it)
+#: and its value, in a command line.
 _SECRET_FLAG_RE = re.compile(
-    r"(?P<flag>--(?:api[-_]key|hf[-_]token))(?P<sep>=|\s+)(?P<value>'[^']*'|\"[^\"]*\"|\S+)"
+    r"(?P<flag>"
+    + "|".join("--" + re.escape(f[2:]).replace(r"\-", "[-_]") for f in SECRET_FLAGS)
+    + r")(?P<sep>=|\s+)(?P<value>'[^']*'|\"[^\"]*\"|\S+)"
 )
 
 

@@ -301,8 +301,6 @@ def recorded_pid(info: Mapping[str, str], settings: RouterSettings) -> int | Non
     proc = parse_pidfile_process(info)
     if proc.pid is None or not proc.alive or proc.started_after_pidfile:
         return None
-    if info.get("stat", "").startswith("Z"):  # (an older state_command's output)
-        return None
     return proc.pid if is_our_haproxy(" ".join(proc.argv), settings) else None
 
 

@@ -1,7 +1,6 @@
-"""Write ``used_keys.txt`` (every source of every corpus index, as :func:`srcnorm.keys`; a
-repository's committed-file count as ``ghrepo:owner/repo N``) into a blind set's work folder.
-
-Usage: ``python bench/blind/used_sources.py WORKDIR`` (from the repository root)."""
+"""Every source of every corpus index, as :func:`srcnorm.keys` (a repository's committed-file
+count as ``ghrepo:owner/repo N``): what ``prepare.py`` writes as ``used_keys.txt`` and
+``import_set.py`` checks a new set against."""
 
 from __future__ import annotations
 
@@ -34,15 +33,3 @@ def used_keys() -> set[str]:
                         files.add((repo, path))
     out.update(f"{repo} {n}" for repo, n in Counter(r for r, _ in files).items())
     return out
-
-
-def main() -> None:
-    work = Path(sys.argv[1])
-    work.mkdir(parents=True, exist_ok=True)
-    found = sorted(used_keys())
-    (work / "used_keys.txt").write_text("\n".join(found) + "\n")
-    print(f"{len(found)} keys -> {work / 'used_keys.txt'}")
-
-
-if __name__ == "__main__":
-    main()

@@ -186,22 +186,17 @@ def clean_shm(
         return ok(step, f"no stale shared memory in {p.shm_dir}")
     size = shm.human_bytes(plan.total_bytes)
     if h.dry:
-        freed = {f.path: pids for f, pids in plan.freed_by_ending}
+        freed = dict(plan.freed_by_ending)
         later = f" ({len(freed)} of them once kill-stale has ended their server)" if freed else ""
-        shown = tuple(
-            f.path
-            + (
-                f" (in use now by PID {', '.join(map(str, freed[f.path]))}, which kill-stale "
-                "would end first)"
-                if f.path in freed
-                else ""
-            )
-            for f in plan.files[:20]
-        )
+        shown = []
+        for f in plan.files[:20]:
+            pids = ", ".join(map(str, freed.get(f, ())))
+            why = f" (in use now by PID {pids}, which kill-stale would end first)" if pids else ""
+            shown.append(f.path + why)
         return skipped(
             step,
             f"dry run: would remove {len(plan.files)} file(s), {size}{later}",
-            lines=shown + kept,
+            lines=(*shown, *kept),
         )
     for command in shm.remove_commands(plan.files, p.shm_dir):
         h.run(command, step=step)
