@@ -44,26 +44,71 @@ RUN_DIR_VAR = "KIMI_OPS_RUN_DIR"
 LAUNCH_ID_VAR = "KIMI_OPS_LAUNCH_ID"
 
 # The listing script (bash, no fork per process): one line per process,
-#   PID PPID PGID SID STATE env|noenv[<TAB>E<NAME=VALUE>]...[<TAB>A<arg>]...
-# Values and args escape backslash, TAB, LF and CR as \\ \t \n \r. "noenv": environ unreadable.
+#   PID PPID PGID SID STATE env|noenv|unread[<TAB>E<NAME=VALUE>]...[<TAB>A<arg>]...
+# Values and args escape backslash, TAB, LF and CR as \\ \t \n \r. "noenv": environ unreadable;
+# "unread": neither environ nor cmdline answered (see listing_command).
 _ESCAPE = (
     "v=${v//\\\\/\\\\\\\\}; v=${v//$'\\t'/\\\\t}; v=${v//$'\\n'/\\\\n}; v=${v//$'\\r'/\\\\r}; "
 )
-_LISTING_SCRIPT = (
-    'export LC_ALL=C; echo "self_pid=$$"; '
-    "for d in /proc/[0-9]*; do p=${d#/proc/}; s=; "
-    '{ read -r s; } 2>/dev/null < "$d/stat" || continue; '
-    "s=${s##*') '}; set -- $s; e=noenv; v=; "
-    "{ e=env; while IFS= read -r -d '' v; do case $v in KIMI_OPS_*) "
-    + _ESCAPE
-    + 'e+=$\'\\t\'"E$v";; esac; done; } 2>/dev/null < "$d/environ"; a=; '
-    "{ while IFS= read -r -d '' v || [ -n \"$v\" ]; do "
-    + _ESCAPE
-    + 'a+=$\'\\t\'"A$v"; done; } 2>/dev/null < "$d/cmdline"; '
-    'printf \'%s %s %s %s %s %s%s\\n\' "$p" "$2" "$3" "$4" "$1" "$e" "$a"; done'
+# /proc/PID/stat of "$p" into $1.. (STATE PPID PGID SID ...); the command name, which may hold
+# spaces and ")", is cut off first.
+_READ_STAT = (
+    "s=; {{ read -r s; }} 2>/dev/null < \"{root}/$p/stat\" && {{ s=${{s##*') '}}; set -- $s; }}"
 )
-#: The listing command: the first line names the shell running it (``self_pid=N``).
-LISTING_COMMAND = "bash -c " + shlex.quote(_LISTING_SCRIPT)
+#: Seconds one pass of the listing may take before the process it is reading is retried; a
+#: process whose reads block twice in a row is listed as "unread".
+LISTING_READ_TIMEOUT = 5
+
+
+def _listing_pass(root: str) -> str:
+    """One pass over ``root/[0-9]*`` from PID ``$1`` (in the glob's byte order, inclusive),
+    skipping PID ``$2``. Writes each PID to fd 3 before reading its environ and cmdline."""
+    return (
+        f"export LC_ALL=C; from=$1; skip=$2; for d in {root}/[0-9]*; do p=${{d##*/}}; "
+        '[[ -n $from && $p < $from || $p == "$skip" ]] && continue; '
+        + _READ_STAT.format(root=root)
+        + " || continue; "
+        'echo "$p" >&3; e=noenv; v=; '
+        "{ e=env; while IFS= read -r -d '' v; do case $v in KIMI_OPS_*) "
+        + _ESCAPE
+        + 'e+=$\'\\t\'"E$v";; esac; done; } 2>/dev/null < "$d/environ"; a=; '
+        "{ while IFS= read -r -d '' v || [ -n \"$v\" ]; do "
+        + _ESCAPE
+        + 'a+=$\'\\t\'"A$v"; done; } 2>/dev/null < "$d/cmdline"; '
+        'printf \'%s %s %s %s %s %s%s\\n\' "$p" "$2" "$3" "$4" "$1" "$e" "$a"; done; exit 0'
+    )
+
+
+def listing_command(root: str = "/proc", timeout: int = LISTING_READ_TIMEOUT) -> str:
+    """The listing (one line per process; the first line names the shell running it,
+    ``self_pid=N``), with every process's reads bounded.
+
+    Reading ``/proc/PID/environ`` waits for the process's exec lock and ``cmdline`` for its
+    memory-map lock, so one process stuck in exec (or holding its mmap lock in a long fault) could
+    hold the whole listing until the caller's command timeout. The pass runs under ``timeout -s
+    KILL`` (when the host has it; those waits end on SIGKILL); when it is killed, the next pass
+    starts again at the process it was reading, and a process that blocks two passes in a row is
+    listed as ``unread`` (its stat fields only) and skipped. Each pass and ``timeout`` are
+    children of the listing shell, so no ownership decision ever takes them. ``root`` is for
+    tests (a tree of fake ``/proc`` entries)."""
+    script = (
+        'export LC_ALL=C; echo "self_pid=$$"; exec 4>&1; to=; '
+        f"command -v timeout >/dev/null 2>&1 && to='timeout -s KILL {int(timeout)}'; "
+        f"pass={shlex.quote(_listing_pass(root))}; from=; skip=; last=; empty=; "
+        'while :; do cur=$($to bash -c "$pass" _ "$from" "$skip" 3>&1 >&4) && break; '
+        "p=${cur##*$'\\n'}; if [ -z \"$p\" ]; then "
+        '[ -n "$empty" ] && { echo "listing_incomplete=$from"; break; }; empty=1; continue; fi; '
+        "empty=; echo; "
+        'if [ "$p" = "$last" ]; then '
+        + _READ_STAT.format(root=root)
+        + ' && printf \'%s %s %s %s %s unread\\n\' "$p" "$2" "$3" "$4" "$1"; '
+        "skip=$p; last=; else skip=; last=$p; fi; from=$p; done"
+    )
+    return "bash -c " + shlex.quote(script)
+
+
+#: The listing command (:func:`listing_command` of ``/proc``).
+LISTING_COMMAND = listing_command()
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _SERVER_MODULES = {
@@ -77,7 +122,7 @@ _PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
 _VLLM_TITLE = re.compile(r"^VLLM::[A-Za-z_]+")
 DEFAULT_VLLM_PORT = 8000
 _DIGITS = re.compile(r"^[0-9]+$")  # str.isdigit() accepts "²", which int() rejects
-_ROW = re.compile(r"^(\d+) (\d+) (-?\d+) (-?\d+) (\S+) (env|noenv)((?:\t.*)?)$")
+_ROW = re.compile(r"^(\d+) (\d+) (-?\d+) (-?\d+) (\S+) (env|noenv|unread)((?:\t.*)?)$")
 _UNESCAPE = re.compile(r"\\(.)")
 _UNESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 
@@ -103,7 +148,9 @@ class Proc:
 
     ``argv`` is exact (trailing empty arguments, setproctitle's NUL padding, are dropped).
     ``env`` holds only the ``KIMI_OPS_*`` variables, or is None when the environment could not be
-    read. ``sid`` is None for a listing that has no session column (``ps`` text).
+    read. ``sid`` is None for a listing that has no session column (``ps`` text). ``unread``:
+    neither its environment nor its command line answered within the listing's bound (a process
+    stuck in exec or on its memory-map lock): only its stat fields are known.
     """
 
     pid: int
@@ -113,6 +160,7 @@ class Proc:
     sid: int | None = None
     env: tuple[tuple[str, str], ...] | None = ()
     state: str = ""
+    unread: bool = False
 
     @property
     def args(self) -> str:
@@ -142,10 +190,20 @@ class Proc:
 
 @dataclass(frozen=True)
 class Listing:
-    """A parsed listing: the processes and the PID of the shell that produced it (if known)."""
+    """A parsed listing: the processes and the PID of the shell that produced it (if known).
+
+    ``incomplete_from``: the listing stopped before it had read every process (two passes in a
+    row were ended before reading any): the first PID it did not reach. Nothing may be decided
+    from an incomplete listing about processes it does not show."""
 
     procs: tuple[Proc, ...]
     self_pid: int | None = None
+    incomplete_from: str | None = None
+
+    @property
+    def unread(self) -> tuple[Proc, ...]:
+        """The processes whose command line and environment could not be read in time."""
+        return tuple(p for p in self.procs if p.unread)
 
     def by_pid(self) -> dict[int, Proc]:
         return {p.pid: p for p in self.procs}
@@ -195,7 +253,10 @@ class Selection:
         return lines
 
     def describe_foreign(self) -> list[str]:
-        return [f"left alone: {p.pid} ({why}): {p.args[:160]}" for p, why in self.foreign]
+        return [
+            f"left alone: {p.pid} ({why})" + (f": {p.args[:160]}" if p.argv else "")
+            for p, why in self.foreign
+        ]
 
 
 def parse_listing(text: str) -> Listing:
@@ -204,16 +265,23 @@ def parse_listing(text: str) -> Listing:
     Also reads ``ps -o pid=,ppid=,pgid=,args=`` rows (old fixtures): their argv is split on
     whitespace, and they have no session and an unknown environment.
     """
-    procs: list[Proc] = []
+    procs: dict[int, Proc] = {}  # a PID listed twice (a pass retried): the last row wins
     self_pid: int | None = None
+    incomplete: str | None = None
     for raw in text.split("\n"):
         m = re.match(r"^#?\s*self_pid=(\d+)\s*$", raw)
         if m:
             self_pid = int(m.group(1))
             continue
+        m = re.match(r"^listing_incomplete=(\d*)\s*$", raw)
+        if m:
+            incomplete = m.group(1)
+            continue
         row = _ROW.match(raw.rstrip("\r"))
         if row:
-            procs.append(_parse_row(row))
+            proc = _parse_row(row)
+            procs.pop(proc.pid, None)
+            procs[proc.pid] = proc
             continue
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -222,8 +290,10 @@ def parse_listing(text: str) -> Listing:
         if len(parts) < 3 or not all(_DIGITS.match(x) for x in parts[:3]):
             continue
         argv = tuple(parts[3].split()) if len(parts) == 4 else ()
-        procs.append(Proc(int(parts[0]), int(parts[1]), int(parts[2]), argv, None, None))
-    return Listing(tuple(procs), self_pid)
+        pid = int(parts[0])
+        procs.pop(pid, None)
+        procs[pid] = Proc(pid, int(parts[1]), int(parts[2]), argv, None, None)
+    return Listing(tuple(procs.values()), self_pid, incomplete)
 
 
 parse_ps = parse_listing  # the name callers used before the /proc listing
@@ -250,6 +320,7 @@ def _parse_row(row: re.Match[str]) -> Proc:
         int(sid),
         tuple(env) if env_state == "env" else None,
         state,
+        env_state == "unread",
     )
 
 
@@ -262,7 +333,7 @@ def format_row(p: Proc) -> str:
     env = "".join(f"\tE{_escape(k)}={_escape(v)}" for k, v in (p.env or ()))
     argv = "".join(f"\tA{_escape(a)}" for a in p.argv)
     sid = p.pgid if p.sid is None else p.sid
-    state = "env" if p.env is not None else "noenv"
+    state = "unread" if p.unread else "env" if p.env is not None else "noenv"
     return f"{p.pid} {p.ppid} {p.pgid} {sid} {p.state or 'S'} {state}{env}{argv}"
 
 
@@ -482,7 +553,13 @@ def owned_processes(
     #    setproctitle overwrote it (vLLM's EngineCore and Worker). Ours inside our sessions.
     for p in procs:
         if p.run_dir is None and p.sid is not None and p.sid in sessions:
-            why = "environment unreadable" if p.env is None else f"no {RUN_DIR_VAR} left in it"
+            why = (
+                "its command line and environment not read in time"
+                if p.unread
+                else "environment unreadable"
+                if p.env is None
+                else f"no {RUN_DIR_VAR} left in it"
+            )
             take(p, f"in session {p.sid} of this deployment ({why})", session_launch.get(p.sid))
 
     # 5. Children of what is ours, unless they name another deployment.
@@ -512,6 +589,9 @@ def owned_processes(
     )
     foreign: list[tuple[Proc, str]] = []
     for p in procs:
+        if p.unread and p.pid not in reasons and p.pid not in protected:
+            foreign.append((p, _UNREAD_WHY))
+            continue
         argv = server_args(p.argv)
         if p.pid in reasons or argv is None or p.zombie:
             continue
@@ -535,14 +615,25 @@ def owned_processes(
     )
 
 
+_UNREAD_WHY = (
+    "its command line and environment did not answer the listing in time, twice (a process stuck "
+    "in exec or on its memory-map lock); not in a session of this deployment, so not ours"
+)
+
+
 def still_running(before: Selection, listing: Listing) -> list[Proc]:
-    """Targets of ``before`` still present, not zombies, same argv (no PID reuse)."""
+    """Targets of ``before`` still present, not zombies, same argv (no PID reuse). A process the
+    listing could not read in time (or did not reach: an incomplete listing) counts as still
+    running: nothing says it ended."""
     now = listing.by_pid()
-    return [
-        p
-        for p in before.targets
-        if p.pid in now and not now[p.pid].zombie and now[p.pid].argv == p.argv
-    ]
+
+    def running(p: Proc) -> bool:
+        q = now.get(p.pid)
+        if q is None:
+            return listing.incomplete_from is not None
+        return not q.zombie and (q.unread or p.unread or q.argv == p.argv)
+
+    return [p for p in before.targets if running(p)]
 
 
 def signal_command(signal: str, pids: Iterable[int]) -> str:

@@ -33,6 +33,7 @@ from .host import Host
 from .lock import HostLock
 from .report import Reporter
 from .session import kimi_config, load, task_errors
+from .steps.common import require_complete
 
 #: The tasks that act on the whole cluster when ``kimi.cluster`` is set (and no -H is given).
 CLUSTER_STEPS = frozenset({"deploy", "stop", "kill-stale", "status", "verify", "logs"})
@@ -185,7 +186,9 @@ def probe(n: NodeHost, step: str) -> cl.NodeProbe:
     out = n.host.run(
         cl.probe_command(n.rdir, procs.LISTING_COMMAND), step=step, mutating=False, timeout=60
     )
-    return cl.parse_probe(out.stdout, n.rdir)
+    found = cl.parse_probe(out.stdout, n.rdir)
+    require_complete(found.listing, step=step, command=out.command)
+    return found
 
 
 def end_ray(

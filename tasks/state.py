@@ -30,6 +30,7 @@ from kimi_ops.shell import quote as q
 
 from .host import Host
 from .steps import _probe_command
+from .steps.common import read_listing
 from .steps.processes import pidfile_process
 
 #: Bytes of the current log status reads for the diagnosis.
@@ -114,7 +115,11 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
         stop=hoststate.parse_stop_marker(info.get("stop", "")),
         orphans=tuple(
             deployment_orphans(
-                procs.parse_listing(ps_text), p, pidfile.owner_pid(r), launch_id, alive
+                read_listing(ps_text, step=step, command=out.command),
+                p,
+                pidfile.owner_pid(r),
+                launch_id,
+                alive,
             )
         ),
         stopped=alive and pidfile.stopped,

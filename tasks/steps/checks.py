@@ -23,7 +23,7 @@ from kimi_ops.script import parse_key_values
 from kimi_ops.shell import quote as q
 
 from ..host import Host
-from .common import _run_dir
+from .common import _run_dir, read_listing
 from .upload import ensure_standin, upload_files
 
 
@@ -63,7 +63,8 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[HostFacts, tuple[int, ...
     pidfile_pid = host_facts.pidfile_pid
     if pidfile_pid is not None and pidfile_proc.pid == pidfile_pid:
         pidfile_pid = pidfile_proc.owner_pid(r)
-    own = procs.owned_processes(procs.parse_listing(ps_text), r, pidfile_pid, port=p.port)
+    listing = read_listing(ps_text, step=step, command=out.command)
+    own = procs.owned_processes(listing, r, pidfile_pid, port=p.port)
     return host_facts, tuple(own.pids)
 
 

@@ -1,10 +1,12 @@
-"""What the operations share: run_dir, the sleep/clock types, uploaded files, the probe."""
+"""What the operations share: run_dir, the sleep/clock types, uploaded files, the probe, the
+process listing."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import resources
 
+from kimi_ops import procs
 from kimi_ops import verify as vfy
 from kimi_ops.defaults import (
     DIAGNOSE_MODULE,
@@ -12,6 +14,7 @@ from kimi_ops.defaults import (
     PROBE_SCRIPT,
     STANDIN_SCRIPT,
 )
+from kimi_ops.errors import StepFailed
 from kimi_ops.profile import Profile
 from standin import bundle as standin_bundle
 from tasks import bundle as diagnose_bundle
@@ -38,3 +41,25 @@ def _probe_command(p: Profile) -> str:
     return vfy.probe_and_listeners_command(
         p.python, f"{r}/{PROBE_SCRIPT}", p.port, p.served_model_name, f"{r}/{ENV_FILE}", p.host
     )
+
+
+def read_listing(text: str, *, step: str, command: str = "") -> procs.Listing:
+    """The process listing in ``text`` (:data:`kimi_ops.procs.LISTING_COMMAND`'s output); a
+    listing that stopped before reading every process fails the step: no decision about the
+    processes it did not reach (ours or not, ended or not) may be made from it."""
+    return require_complete(procs.parse_listing(text), step=step, command=command)
+
+
+def require_complete(listing: procs.Listing, *, step: str, command: str = "") -> procs.Listing:
+    """``listing`` itself, or StepFailed when it stopped before reading every process."""
+    if listing.incomplete_from is not None:
+        raise StepFailed(
+            step,
+            "the process listing stopped before reading every process (two passes in a row "
+            f"were ended after {procs.LISTING_READ_TIMEOUT} s without reading one; it had not "
+            f"reached PID {listing.incomplete_from or 'the first'})",
+            command=command,
+            hint="the host is overloaded or /proc does not answer; check `uptime` and "
+            "`ps -eo pid,stat,wchan:32,args` for processes in D state, then run it again",
+        )
+    return listing

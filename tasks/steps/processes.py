@@ -15,7 +15,7 @@ from kimi_ops.result import StepResult, changed, failed, ok, skipped
 from kimi_ops.shell import quote as q
 
 from ..host import Host
-from .common import Clock, Sleep, _run_dir
+from .common import Clock, Sleep, _run_dir, read_listing
 
 
 def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, str | None]:
@@ -41,7 +41,8 @@ def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, 
     )
     launch_id = head.get("launch_id", "").strip() or None
     pidfile_proc = procs.parse_pidfile_process(head, pid_key="pidfile")
-    return procs.parse_listing(out.stdout), pidfile_proc.owner_pid(r), launch_id
+    found = read_listing(out.stdout, step=step, command=out.command)
+    return found, pidfile_proc.owner_pid(r), launch_id
 
 
 def pidfile_process(h: Host, p: Profile, step: str) -> procs.PidfileProcess:
