@@ -675,17 +675,23 @@ def pidfile_process_command(pidfile: str) -> str:
     when ``/proc/$pid`` exists: ``pf_stat=STATE STARTTIME`` (``/proc/PID/stat`` fields 3 and 22),
     ``pf_argv=`` (the exact NUL-separated ``/proc/PID/cmdline``, base64) and, when the
     environment is readable, ``pf_env=`` (its ``KIMI_OPS_*`` lines, base64; never other
-    variables, which may hold secrets)."""
+    variables, which may hold secrets). Each read is bounded as the listing's are
+    (:data:`LISTING_READ_TIMEOUT`): a command line that does not answer prints ``pf_unread=1``
+    instead of ``pf_argv=``."""
+    bound = f"timeout -s KILL {LISTING_READ_TIMEOUT}"
     return (
         'case "$pid" in ""|*[!0-9]*) ;; *) '
+        f"pf_to=; command -v timeout >/dev/null 2>&1 && pf_to='{bound}'; "
         f'echo "pf_mtime=$(stat -c %Y {pidfile} 2>/dev/null)"; '
         "echo \"pf_boot=$(sed -n 's/^btime //p' /proc/stat 2>/dev/null)\"; "
         'echo "pf_hz=$(getconf CLK_TCK 2>/dev/null)"; '
         'if { read -r pf_s < "/proc/$pid/stat"; } 2>/dev/null; then '
         "pf_s=${pf_s##*') '}; set -- $pf_s; "
         'echo "pf_stat=$1 ${20}"; '
-        'echo "pf_argv=$(base64 -w0 < "/proc/$pid/cmdline" 2>/dev/null)"; '
-        'if pf_e=$(tr "\\000" "\\n" < "/proc/$pid/environ" 2>/dev/null); then '
+        'if pf_a=$($pf_to base64 -w0 "/proc/$pid/cmdline" 2>/dev/null) || [ $? -lt 124 ]; '
+        'then echo "pf_argv=$pf_a"; else echo "pf_unread=1"; fi; '
+        'if pf_e=$(set -o pipefail; $pf_to cat "/proc/$pid/environ" 2>/dev/null '
+        '| tr "\\000" "\\n"); then '
         "echo \"pf_env=$(printf '%s\\n' \"$pf_e\" | grep -a '^KIMI_OPS_' | base64 -w0)\"; "
         "fi; fi;; esac"
     )
@@ -731,6 +737,9 @@ class PidfileProcess:
     #: ``/proc/PID/stat``'s state letter ("" when unknown): ``T`` / ``t`` is a process stopped
     #: by a signal (SIGSTOP, SIGTSTP) or a tracer, which makes no progress until SIGCONT.
     state: str = ""
+    #: Its command line did not answer in time (stuck in exec or on its memory-map lock): alive,
+    #: but what it runs is unknown; not taken for gone.
+    unread: bool = False
 
     @property
     def stopped(self) -> bool:
@@ -769,11 +778,12 @@ class PidfileProcess:
 
     def server_alive(self, run_dir: str) -> bool:
         """The pidfile's server lives: the PID is alive, is not a reused PID, and runs a vLLM
-        server (or a process vLLM renamed)."""
+        server (or a process vLLM renamed). A process whose command line did not answer in time
+        counts as the server while nothing says its PID was reused."""
         return (
             self.alive
             and not self.foreign(run_dir)
-            and (server_args(self.argv) is not None or is_vllm_title(self.argv))
+            and (self.unread or server_args(self.argv) is not None or is_vllm_title(self.argv))
         )
 
 
@@ -787,7 +797,10 @@ def parse_pidfile_process(values: Mapping[str, str], pid_key: str = "pid") -> Pi
         return PidfileProcess(None)
     stat = values.get("pf_stat", "").split()
     argv: tuple[str, ...] = ()
-    if "pf_argv" in values:
+    unread = values.get("pf_unread", "").strip() == "1"
+    if unread:  # alive (its stat was read); what it runs is unknown
+        alive = bool(stat) and not stat[0].startswith(("Z", "X"))
+    elif "pf_argv" in values:
         raw = _b64(values["pf_argv"]) or b""
         parts = raw.decode("utf-8", "replace").split("\0")
         while parts and parts[-1] == "":
@@ -807,7 +820,7 @@ def parse_pidfile_process(values: Mapping[str, str], pid_key: str = "pid") -> Pi
     ticks = _number(stat[1]) if len(stat) > 1 else None
     start = boot + ticks / hz if boot is not None and hz and ticks is not None else None
     mtime = _number(values.get("pf_mtime"))
-    return PidfileProcess(pid, alive, argv, env, start, mtime, stat[0] if stat else "")
+    return PidfileProcess(pid, alive, argv, env, start, mtime, stat[0] if stat else "", unread)
 
 
 def remove_pidfile_command(pidfile: str, pid: int) -> str:

@@ -26,8 +26,11 @@ from kimi_ops.procs import (
     listing_command,
     owned_processes,
     parse_listing,
+    parse_pidfile_process,
+    read_pidfile_command,
     still_running,
 )
+from kimi_ops.script import parse_key_values
 from tasks import steps
 from tasks.steps.common import read_listing
 from tasks.testing import Reply, ScriptedConnection
@@ -186,3 +189,28 @@ def test_kill_stale_fails_on_an_incomplete_listing_and_ends_nothing() -> None:
     assert info.value.step == "kill-stale" and "PID 4711" in str(info.value)
     assert "for d in /proc/" in info.value.command
     assert not conn.ran(r"kill -")
+
+
+def test_a_pidfile_server_whose_command_line_did_not_answer_is_not_taken_for_gone() -> None:
+    values = {"pid": "100", "pf_stat": "D 5000", "pf_unread": "1", "pf_boot": "1000"}
+    values |= {"pf_hz": "100", "pf_mtime": "1060"}  # started at 1050, before its pidfile
+    found = parse_pidfile_process(values)
+    assert found.alive and found.unread and found.argv == ()
+    assert found.server_alive("/srv/kimi") and not found.ended("/srv/kimi")
+    assert found.owner_pid("/srv/kimi") == 100
+    reused = parse_pidfile_process(values | {"pf_mtime": "900"})  # started after the pidfile
+    assert reused.ended("/srv/kimi") and not reused.server_alive("/srv/kimi")
+
+
+def test_the_pidfile_reads_of_a_live_process_print_its_argv(tmp_path: Path) -> None:
+    pidfile = tmp_path / "server.pid"
+    pidfile.write_text(f"{os.getpid()}\n")
+    out = subprocess.run(
+        ["bash", "-c", read_pidfile_command(str(pidfile))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    found = parse_pidfile_process(parse_key_values(out.stdout))
+    assert found.pid == os.getpid() and found.alive and not found.unread
+    assert found.argv and "python" in found.argv[0]
