@@ -49,6 +49,11 @@ STATE_MEANINGS: dict[str, str] = {
 }
 
 
+def continue_advice(pid: int | None) -> str:
+    """What continues a server stopped by a signal (state T); said the same way everywhere."""
+    return f"`kill -CONT {pid}` continues it"
+
+
 def state_codes_help() -> str:
     """One line: ``serving=0, starting=3, ...`` (for --help)."""
     return ", ".join(f"{s}={c}" for s, c in STATE_CODES.items())
@@ -156,7 +161,7 @@ def classify(f: StateFacts) -> HostState:
             )
         halted = (
             f"; it is stopped by a signal (process state T), so it runs nothing until it is "
-            f"continued (`kill -CONT {f.pid}`)"
+            f"continued: {continue_advice(f.pid)}"
             if f.stopped
             else ""
         )
@@ -222,7 +227,7 @@ def now_message(f: StateFacts, port: int) -> str:
         if f.stopped:
             return (
                 f"now: server PID {f.pid} (launch {f.launch_id}) is alive but stopped by a "
-                f"signal (process state T); `kill -CONT {f.pid}` continues it"
+                f"signal (process state T); {continue_advice(f.pid)}"
             )
         stage = f.diagnosis.stage or "starting"
         return (

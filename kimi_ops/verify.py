@@ -28,7 +28,13 @@ from .facts.ports import (
     listeners_command,
     parse_listeners,
 )
-from .hoststate import STOP_MARKER, parse_stop_marker, stopped_by, stopped_outside
+from .hoststate import (
+    STOP_MARKER,
+    continue_advice,
+    parse_stop_marker,
+    stopped_by,
+    stopped_outside,
+)
 from .procs import parse_pidfile_process, pidfile_process_command
 from .shell import quote as q
 
@@ -206,7 +212,7 @@ STOPPED_GRACE = 10.0
 def stopped_hint(pid: int | None) -> str:
     """What to do about a server stopped by a signal."""
     return (
-        f"`kill -CONT {pid}` continues it (whoever stopped it: a Ctrl-Z in its terminal, a "
+        f"{continue_advice(pid)} (whoever stopped it: a Ctrl-Z in its terminal, a "
         "debugger, `kill -STOP`); `fab deploy --restart` replaces it"
     )
 
