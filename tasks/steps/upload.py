@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from kimi_ops import kvpatch, procs
 from kimi_ops import script as launch_script
@@ -63,6 +64,15 @@ def upload_files(
     return files
 
 
+class Synced(NamedTuple):
+    """What :func:`sync_files` did: the names it uploaded (or, dry, would upload) and removed,
+    the launch script's diff, and the names that were not on the host before."""
+
+    changed: list[str]
+    diff: str
+    absent: list[str]
+
+
 def sync_files(
     h: Host,
     p: Profile,
@@ -70,8 +80,9 @@ def sync_files(
     *,
     step: str,
     remove: Sequence[str] = (),
-) -> tuple[list[str], str]:
-    """Make run_dir hold ``files`` (and not ``remove``): (changed names, launch-script diff).
+) -> Synced:
+    """Make run_dir hold ``files`` (and not ``remove``): the changed names, the launch-script
+    diff, and which of ``files`` were not on the host at all.
 
     Two round trips when something changed: create run_dir, delete ``remove``, read the
     checksums and the old launch script; then upload and swap everything in at once.
@@ -120,7 +131,7 @@ def sync_files(
         old_script = mask_unknown_secrets(old_script, p.secret_patterns)
         diff = kvpatch.unified_diff(old_script, new_script, f"{r}/{LAUNCH_SCRIPT}")
     h.put_files([(files[n][0], f"{r}/{n}", files[n][1]) for n in todo], step=step)
-    return todo + changed_names, diff
+    return Synced(todo + changed_names, diff, [n for n in files if n not in current])
 
 
 def ensure_standin(h: Host, p: Profile, *, step: str) -> None:
@@ -128,23 +139,19 @@ def ensure_standin(h: Host, p: Profile, *, step: str) -> None:
     if not p.is_standin:
         return
     files = upload_files(p)
-    todo, _ = sync_files(h, p, {n: files[n] for n in (STANDIN_SCRIPT, STANDIN_CONFIG)}, step=step)
-    if h.dry and STANDIN_SCRIPT in todo:
+    synced = sync_files(h, p, {n: files[n] for n in (STANDIN_SCRIPT, STANDIN_CONFIG)}, step=step)
+    if h.dry and STANDIN_SCRIPT in synced.absent:
         # A dry run uploads nothing; without the emulator on the host there are no GPU or vLLM
         # facts to check, and "can't open file kimi_standin.py" would be all preflight said.
         path = f"{_run_dir(p)}/{STANDIN_SCRIPT}"
-        there = h.run(f"test -f {q(path)}", step=step, check=False, mutating=False)
-        if not there.ok:
-            raise StepFailed(
-                step,
-                f"dry run: the stand-in engine is not on the host yet ({path}), and a dry run "
-                "uploads nothing, so the emulated GPUs and vLLM cannot be asked for facts; "
-                "nothing was changed",
-                command=there.command,
-                exited=there.exited,
-                hint="run `fab upload-script` once (it uploads the stand-in and the launch "
-                "script, nothing else), then `--dry` shows the whole deploy",
-            )
+        raise StepFailed(
+            step,
+            f"dry run: the stand-in engine is not on the host yet ({path}), and a dry run "
+            "uploads nothing, so the emulated GPUs and vLLM cannot be asked for facts; "
+            "nothing was changed",
+            hint="run `fab upload-script` once (it uploads the stand-in and the launch "
+            "script, nothing else), then `--dry` shows the whole deploy",
+        )
 
 
 def upload_script(
@@ -161,7 +168,7 @@ def upload_script(
     # Files that are not part of this deployment (secrets removed from the profile, engine no
     # longer the stand-in) must not stay behind.
     stale = [n for n in (ENV_FILE, STANDIN_CONFIG) if n not in files]
-    uploaded, diff = sync_files(h, p, files, step=step, remove=stale)
+    uploaded, diff, _ = sync_files(h, p, files, step=step, remove=stale)
     if not uploaded:
         return ok(step, f"{r}/{LAUNCH_SCRIPT} is up to date", data={"uploaded": []})
     verb = "would upload" if h.dry else "uploaded"
