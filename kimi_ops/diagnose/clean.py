@@ -506,6 +506,8 @@ def clean_line(line: str) -> str:
     m = _PREFIX_RE.match(s)
     if m is not None:
         s = s[m.end() :]
+    if s.startswith("**") and s.endswith("**") and len(s) > 6 and "*" not in (s[2], s[-3]):
+        s = s[2:-2]  # a line a paste set in markdown bold: **KeyError: 'x'** (not absl's ***)
     if "pid=" in s:
         g = _GLUED_RE.search(s)
         if g is not None and g.start() > 0:

@@ -118,12 +118,12 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
     ),
 )
 _RUN_START = "vLLM API server version"
-#: Frequent "serving" markers (metrics, access log): found per chunk with rfind, not per line.
-#: The scheduler preempting a request, the offline LLM's progress bar, the request log's
-#: "Added" / "Aborted" / "Finished request" and speculative decoding's metrics are only printed
-#: by an engine that is running requests.
+#: Frequent "serving" markers (metrics, access log), found per chunk with rfind: each (a
+#: preemption, the offline progress bar, the request log, speculative decoding's metrics) is
+#: printed only by an engine that is running requests.
 _FREQ_HEALTHY: tuple[str, ...] = (
     "Avg prompt throughput",
+    " reqs, Swapped: ",  # V0's stats line in any version (0.1: "Throughput: 0.0 tokens/s, ..")
     "Prefix cache hit rate: ",  # V0 prints it on its own line
     "Speculative metrics: ",  # V0's speculative decoding
     # uvicorn's access log: any status (a 500 is a request that failed on a server that is
@@ -141,14 +141,13 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "Avg latency: ",
     "Average latency: ",  # (0.1's benchmark_serving.py)
     "Generated text: ",
-    # V1's stats logger beside its throughput line, only once requests ran: KV / encoder-cache
-    # transfers (disaggregated serving), a diffusion model's decoding, per-iteration details
+    # V1's stats logger beside its throughput line once requests ran: KV / encoder-cache
+    # transfers, a diffusion model's decoding, per-iteration details
     "KV Transfer metrics: ",
     "EC Transfer metrics: ",
     "DiffusionDecoding metrics: ",
     " context requests, ",
-    # vLLM's serving benchmark (bench serve / benchmark_serving.py) result table (its header:
-    # the run finished; its first request had to succeed to start the run)
+    # vLLM's serving benchmark's result table (the run finished; its first request succeeded)
     "Serving Benchmark Result",
     "Mean TTFT (ms):",
     # ... and its speculative-decoding section, from the server's own metrics (0.1x .. 0.32)
@@ -158,17 +157,18 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "Storing KV cache for ",
     "LMCache INFO: Stored ",
     "LMCache INFO: Retrieved ",
-    # a request being handled: a tool parser's lines, V0's scheduler refusing a long prompt
+    # a request being handled: a tool parser's lines, V0's scheduler refusing a long prompt,
+    # V1's structured-output backend failing one request's grammar
     "_tool_parser.py:",
+    "Failed to advance FSM for request ",
     "tokens) is too long and exceeds",
     # vLLM-Omni (multi-stage, diffusion models): a request generated, its metrics record
     "Generation completed successfully",
     "'request_level_metrics'",
 )
-#: Of those, a running server's own traffic lines (V1's API-server stats logger, uvicorn's
-#: access log): it goes on printing them while it stops, so one after a stop keeps the stop
-#: (the requests it then fails with EngineDeadError are the teardown). An offline tool's result
-#: line ("Throughput: ..", "Processed prompts") ends its run: what follows may be a new one.
+#: Of those, a running server's own traffic lines (V1's API-server stats, uvicorn's access log):
+#: printed on while it stops, so one after a stop keeps the stop (the requests it then fails
+#: are the teardown). An offline tool's result line ends its run: a new one may follow.
 _SERVING_WHILE_STOPPING = ("Avg prompt throughput", 'HTTP/1.1" ')
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
