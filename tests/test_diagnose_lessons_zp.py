@@ -63,3 +63,18 @@ def test_an_exception_line_a_paste_set_in_markdown_bold_is_the_exception() -> No
     # guard: absl's "*** SIGBUS received ... ***" banner is no bold text and keeps its reading
     bus = diagnose("(RayWorker pid=4856) *** SIGBUS received at time=1695209888 on cpu 3 ***\n")
     assert bus.label == "engine_killed", bus.summary
+
+
+def test_a_benchmarks_request_throughput_result_is_a_server_that_served() -> None:
+    # a benchmark client's result against the server ("Request throughput: N requests/s", as
+    # benchmark_guided_serving.py prints it): its requests completed
+    head = "Starting benchmark with 50 requests...\nRequest rate: 4.0 requests/second\n"
+    result = (
+        "Completed requests: 50/50 (100.00%)\n"
+        "Request throughput: 3.41 requests/s\n"
+        "Output Token throughput: 1811.20 tokens/s\n"
+    )
+    d = diagnose(head + result)
+    assert d.label == "healthy", d.summary
+    # guard: the client's own settings before any request are no result
+    assert diagnose(head).label != "healthy"

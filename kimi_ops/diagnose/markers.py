@@ -135,14 +135,14 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "Aborted request ",
     "Finished request ",
     "SpecDecoding metrics",
-    # vLLM's offline tools: benchmark_throughput's "Throughput: 2.1 requests/s, ...",
-    # benchmark_latency's "Avg latency: ...", the offline example's "Generated text: ..."
+    # vLLM's tools: benchmark_throughput's "Throughput: 2.1 requests/s, ..", a benchmark's
+    # "Request throughput: 7.2 requests/s", "Avg latency: ..", "Generated text: .."
     "requests/s, ",
+    " requests/s\n",
     "Avg latency: ",
     "Average latency: ",  # (0.1's benchmark_serving.py)
     "Generated text: ",
-    # V1's stats logger beside its throughput line once requests ran: KV / encoder-cache
-    # transfers, a diffusion model's decoding, per-iteration details
+    # V1's stats beside its throughput once requests ran: KV / cache transfers, diffusion, ..
     "KV Transfer metrics: ",
     "EC Transfer metrics: ",
     "DiffusionDecoding metrics: ",
