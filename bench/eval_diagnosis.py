@@ -98,7 +98,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zk": ("bba2ea0", "a987001"),
     "blind-zm": ("0e63bdb", "0329df0"),
     "blind-zn": ("c476dc4", "4afbf4b"),
-    "blind-zp": ("15839cc", None),
+    "blind-zp": ("15839cc", "399df95"),
 }
 
 

@@ -217,8 +217,9 @@ def test_corpus_evaluation_runs() -> None:
     "81.2% < 85%, 2 failures read as starting); ZK 95.7% (115 excerpts, every label >= 85%) "
     "but 3 failures read as starting / healthy; ZM 94.5% (109 excerpts, every label with >= 8 "
     ">= 85%) but 1 healthy read as a failure and 1 failure read as starting; ZN 94.4% with "
-    "none read healthy / starting wrongly, but 54 excerpts (< 100); ZN (newest) is spent: its "
-    "misses were read and learned from",
+    "none read healthy / starting wrongly, but 54 excerpts (< 100); ZP 93.7% (111 excerpts, "
+    "every label with >= 8 >= 85%, none read healthy / starting wrongly) < 95% (5 healthy read "
+    "as starting); ZP (newest) is spent: its misses were read and learned from",
     strict=False,
 )
 def test_corpus_meets_issue_13() -> None:
