@@ -78,3 +78,17 @@ def test_a_benchmarks_request_throughput_result_is_a_server_that_served() -> Non
     assert d.label == "healthy", d.summary
     # guard: the client's own settings before any request are no result
     assert diagnose(head).label != "healthy"
+
+
+def test_a_tool_parsers_json_record_is_a_request_being_handled_as_its_text_line_is() -> None:
+    # vLLM's JSON formatter has no line number: the record reads "[hermes_tool_parser.py] ..."
+    # where the text formatter prints "[hermes_tool_parser.py:128] ..." (found by the JSON
+    # decoration test on one of ZP's excerpts)
+    record = (
+        '{"asctime": "2026-05-28 02:39:59,000", "levelname": "DEBUG", "name": '
+        '"vllm.entrypoints.openai.tool_parsers.hermes_tool_parser", "process": 1, '
+        '"message": "No tool call tokens found!"}\n'
+    )
+    assert diagnose(record * 3).label == "healthy"
+    text = "DEBUG 05-28 02:39:59 [hermes_tool_parser.py:131] No tool call tokens found!\n"
+    assert diagnose(text * 3).label == "healthy"

@@ -147,19 +147,19 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "EC Transfer metrics: ",
     "DiffusionDecoding metrics: ",
     " context requests, ",
-    # vLLM's serving benchmark's result table (the run finished; its first request succeeded)
+    # vLLM's serving benchmark's result table and its speculative section (requests ran)
     "Serving Benchmark Result",
     "Mean TTFT (ms):",
-    # ... and its speculative-decoding section, from the server's own metrics (0.1x .. 0.32)
     "Acceptance rate (%):",
     "Acceptance length:",
     # LMCache (a KV connector) storing / retrieving a request's KV cache: requests are running
     "Storing KV cache for ",
     "LMCache INFO: Stored ",
     "LMCache INFO: Retrieved ",
-    # a request being handled: a tool parser's lines, V0's scheduler refusing a long prompt,
-    # V1's structured-output backend failing one request's grammar
+    # a request being handled: a tool parser's lines (a JSON record's "[x_tool_parser.py]"),
+    # V0's scheduler refusing a long prompt, the structured-output backend failing a grammar
     "_tool_parser.py:",
+    "_tool_parser.py] ",
     "Failed to advance FSM for request ",
     "tokens) is too long and exceeds",
     # vLLM-Omni (multi-stage, diffusion models): a request generated, its metrics record
