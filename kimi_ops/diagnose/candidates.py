@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from kimi_ops.diagnose.markers import _FREQ_HEALTHY
+from kimi_ops.diagnose.markers import _FREQ_HEALTHY, _FREQ_HEALTHY_JSON
 from kimi_ops.diagnose.words import _FIND_WORDS, _MARKED_FIND_WORDS, _TRIGGER_WORDS
 
 
@@ -74,11 +74,13 @@ _FREQ_GATES = (" metrics", "atency: ", "LMCache INFO: ", "Acceptance ", " reques
 _FREQ_GATED = tuple((next((g for g in _FREQ_GATES if g in kw), ""), kw) for kw in _FREQ_HEALTHY)
 
 
-def _freq_keywords(scan: str) -> list[str]:
+def _freq_keywords(scan: str, json_records: bool = False) -> list[str]:
     """The frequent serving markers (``markers._FREQ_HEALTHY``) ``scan`` may hold: those whose
-    shared word (:data:`_FREQ_GATES`) it lacks are left out."""
+    shared word (:data:`_FREQ_GATES`) it lacks are left out; a block that was JSON records
+    adds ``markers._FREQ_HEALTHY_JSON``."""
     absent = {g for g in _FREQ_GATES if g not in scan}
-    return [kw for gate, kw in _FREQ_GATED if gate not in absent]
+    found = [kw for gate, kw in _FREQ_GATED if gate not in absent]
+    return found + list(_FREQ_HEALTHY_JSON) if json_records else found
 
 
 _OPEN_FRAME = re.compile(r'File "[^"\n]{40,}\n')  # a frame's path wrapped: its rest is indented

@@ -112,8 +112,10 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             # says "Leave wait_for_load, error: ..." at ERROR)
             "Leave wait_for_load, elapsed time",
             "Leave launch_builtin_model, elapsed time",
-            # the API server handling a request (its failure is that request's, see below)
+            # the API server handling a request (its failure is that request's, see below);
+            # the structured-output backend failing one request's grammar (V1, at ERROR)
             "Error in preprocessing prompt inputs",
+            "Failed to advance FSM for request ",
         ),
     ),
 )
@@ -123,7 +125,7 @@ _RUN_START = "vLLM API server version"
 #: printed only by an engine that is running requests.
 _FREQ_HEALTHY: tuple[str, ...] = (
     "Avg prompt throughput",
-    " reqs, Swapped: ",  # V0's stats line in any version (0.1: "Throughput: 0.0 tokens/s, ..")
+    " reqs, ",  # the stats line, any version (0.1: "Throughput: 0.0 tokens/s, Running: 1 reqs, ..")
     "Prefix cache hit rate: ",  # V0 prints it on its own line
     "Speculative metrics: ",  # V0's speculative decoding
     # uvicorn's access log: any status (a 500 is a request that failed on a server that is
@@ -136,9 +138,8 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "Finished request ",
     "SpecDecoding metrics",
     # vLLM's tools: benchmark_throughput's "Throughput: 2.1 requests/s, ..", a benchmark's
-    # "Request throughput: 7.2 requests/s", "Avg latency: ..", "Generated text: .."
-    "requests/s, ",
-    " requests/s\n",
+    # "Request throughput: 7.2 requests/s" (not its "requests/second"), "Avg latency: ", ..
+    "requests/s",
     "Avg latency: ",
     "Average latency: ",  # (0.1's benchmark_serving.py)
     "Generated text: ",
@@ -156,11 +157,8 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "Storing KV cache for ",
     "LMCache INFO: Stored ",
     "LMCache INFO: Retrieved ",
-    # a request being handled: a tool parser's lines (a JSON record's "[x_tool_parser.py]"),
-    # V0's scheduler refusing a long prompt, the structured-output backend failing a grammar
+    # a request being handled: a tool parser's lines, V0's scheduler refusing a long prompt
     "_tool_parser.py:",
-    "_tool_parser.py] ",
-    "Failed to advance FSM for request ",
     "tokens) is too long and exceeds",
     # vLLM-Omni (multi-stage, diffusion models): a request generated, its metrics record
     "Generation completed successfully",
@@ -169,7 +167,9 @@ _FREQ_HEALTHY: tuple[str, ...] = (
 #: Of those, a running server's own traffic lines (V1's API-server stats, uvicorn's access log):
 #: printed on while it stops, so one after a stop keeps the stop (the requests it then fails
 #: are the teardown). An offline tool's result line ends its run: a new one may follow.
-_SERVING_WHILE_STOPPING = ("Avg prompt throughput", 'HTTP/1.1" ')
+_SERVING_WHILE_STOPPING = ("Avg prompt throughput", " reqs, ", 'HTTP/1.1" ')
+#: Searched as those are in a block of JSON records (a tool parser's record has no line number)
+_FREQ_HEALTHY_JSON = ("_tool_parser.py] ",)
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
 _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(

@@ -532,7 +532,7 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 
 #: Access lines that are no traffic: the health check or the wake-up failing (the engine is
 #: dead or asleep; rules engine_wrapper and wake_up_failed read them).
-_NOT_SERVING_RE = re.compile(f"{FAILED_HEALTH_CHECK}|{FAILED_WAKE_UP}")
+_NOT_SERVING_RE = re.compile(f"{FAILED_HEALTH_CHECK}|{FAILED_WAKE_UP}|requests/second")
 #: Rules whose line a process can survive: traffic after it is a recovery, not an API server
 #: still answering for a dead engine (torch's allocator warning of an OOM a caller caught, the
 #: Hub client retrying a request).
@@ -549,19 +549,20 @@ def _process(st: _State, block: str) -> None:
         block = unwrap_docker_json(block)
     if st.line_prefix is not None:
         block = strip_line_prefix(block, st.line_prefix)
-    if has_json_records(block):  # structured records: read the lines vLLM's text would be
+    json_records = has_json_records(block)
+    if json_records:  # structured records: read the lines vLLM's text would be
         block = unwrap_json_records(block)
     block = straight_quotes(block)  # a page's typographic quotes: the log's own
     base = st.offset
     st.offset += len(block)
     scan = block.replace("\r", "\n") if "\r" in block else block
     events: list[tuple[Any, ...]] = []
-    for kw in _freq_keywords(scan):  # frequent serving markers: only the last one matters
+    for kw in _freq_keywords(scan, json_records):  # frequent serving markers: the last counts
         p = scan.rfind(kw)
         if p >= 0:
             ls = scan.rfind("\n", 0, p) + 1
             text = clean_line(scan[ls : scan.find("\n", p)])
-            if kw == 'HTTP/1.1" ' and _NOT_SERVING_RE.search(text):
+            if kw in ('HTTP/1.1" ', "requests/s") and _NOT_SERVING_RE.search(text):
                 continue
             ready, bar = _STAGE_INDEX["ready"], _PROGRESS_RE.search(text)
             progress = f"{bar.group(1)}/{bar.group(2)}" if bar else None  # (an offline run's)

@@ -141,7 +141,9 @@ _TRIGGER_WORDS: tuple[str, ...] = (
 #: Keywords whose lines need no trigger word: they only occur in exception messages (which
 #: hold ``Error``) or in hard-wrapped continuations (analysed regardless of triggers).
 _KEYWORDS_ON_ERROR_LINES: frozenset[str] = frozenset(
-    {"maximum model length is", "def "}  # "def kernel(": Triton's CompilationError, an ERROR
+    # "def kernel(": Triton's CompilationError, an ERROR; the structured-output backend's
+    # "Failed to advance FSM for request ..": an ERROR record
+    {"maximum model length is", "def ", "Failed to advance FSM for request "}
 )
 _FIND_WORDS: tuple[str, ...] = (
     ": error: ",
