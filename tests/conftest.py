@@ -14,7 +14,8 @@ import pytest
 
 #: The tests that run on one worker, in order, by the marker or module they have.
 _SERIAL_MARKERS = ("real_vllm",)
-_SERIAL_MODULES = {"test_cluster.py": "ray_cluster"}
+#: (test_eval_diagnosis.py: its two whole-corpus tests share one evaluation run, per process)
+_SERIAL_MODULES = {"test_cluster.py": "ray_cluster", "test_eval_diagnosis.py": "corpus_report"}
 
 
 def _serial_group(item: pytest.Item) -> str | None:

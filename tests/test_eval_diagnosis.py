@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import io
@@ -183,9 +184,15 @@ NO_CORPUS = pytest.mark.skipif(
 )
 
 
+@functools.cache
+def corpus_report() -> tuple[int, str]:
+    """The whole corpus's evaluation (``--json``), run once for the tests that read it."""
+    return run(["--json"])
+
+
 @NO_CORPUS
 def test_corpus_evaluation_runs() -> None:
-    code, out = run(["--json"])
+    code, out = corpus_report()
     rep = json.loads(out)
     assert code in (0, 1) and rep["corpus"]["held_out_excerpts"] > 0
     assert rep["split0_held_out"]["n"] == rep["corpus"]["held_out_excerpts"]
@@ -223,7 +230,7 @@ def test_corpus_evaluation_runs() -> None:
     strict=False,
 )
 def test_corpus_meets_issue_13() -> None:
-    code, out = run(["--json"])
+    code, out = corpus_report()
     rep = json.loads(out)
     failed = [c["check"] for c in rep["checks"] if not c["ok"]]
     assert code == 0, f"{failed}; held-out misses: {rep['split0_held_out']['misses']}"
