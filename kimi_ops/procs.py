@@ -60,6 +60,13 @@ _READ_STAT = (
 LISTING_READ_TIMEOUT = 5
 
 
+def _read_bound(var: str, seconds: int) -> str:
+    """Shell: sets ``$var`` to the prefix that ends a read after ``seconds`` (``timeout -s KILL``:
+    the waits on a process's exec and memory-map locks end on SIGKILL), or to nothing on a host
+    without coreutils' ``timeout``."""
+    return f"{var}=; command -v timeout >/dev/null 2>&1 && {var}='timeout -s KILL {int(seconds)}'; "
+
+
 def _listing_pass(root: str) -> str:
     """One pass over ``root/[0-9]*`` from PID ``$1`` (in the glob's byte order, inclusive),
     skipping PID ``$2``. Writes each PID to fd 3 before reading its environ and cmdline."""
@@ -92,9 +99,9 @@ def listing_command(root: str = "/proc", timeout: int = LISTING_READ_TIMEOUT) ->
     children of the listing shell, so no ownership decision ever takes them. ``root`` is for
     tests (a tree of fake ``/proc`` entries)."""
     script = (
-        'export LC_ALL=C; echo "self_pid=$$"; exec 4>&1; to=; '
-        f"command -v timeout >/dev/null 2>&1 && to='timeout -s KILL {int(timeout)}'; "
-        f"pass={shlex.quote(_listing_pass(root))}; from=; skip=; last=; empty=; "
+        'export LC_ALL=C; echo "self_pid=$$"; exec 4>&1; '
+        + _read_bound("to", timeout)
+        + f"pass={shlex.quote(_listing_pass(root))}; from=; skip=; last=; empty=; "
         'while :; do cur=$($to bash -c "$pass" _ "$from" "$skip" 3>&1 >&4) && break; '
         "p=${cur##*$'\\n'}; if [ -z \"$p\" ]; then "
         '[ -n "$empty" ] && { echo "listing_incomplete=$from"; break; }; empty=1; continue; fi; '
@@ -199,11 +206,6 @@ class Listing:
     procs: tuple[Proc, ...]
     self_pid: int | None = None
     incomplete_from: str | None = None
-
-    @property
-    def unread(self) -> tuple[Proc, ...]:
-        """The processes whose command line and environment could not be read in time."""
-        return tuple(p for p in self.procs if p.unread)
 
     def by_pid(self) -> dict[int, Proc]:
         return {p.pid: p for p in self.procs}
@@ -678,11 +680,10 @@ def pidfile_process_command(pidfile: str) -> str:
     variables, which may hold secrets). Each read is bounded as the listing's are
     (:data:`LISTING_READ_TIMEOUT`): a command line that does not answer prints ``pf_unread=1``
     instead of ``pf_argv=``."""
-    bound = f"timeout -s KILL {LISTING_READ_TIMEOUT}"
     return (
         'case "$pid" in ""|*[!0-9]*) ;; *) '
-        f"pf_to=; command -v timeout >/dev/null 2>&1 && pf_to='{bound}'; "
-        f'echo "pf_mtime=$(stat -c %Y {pidfile} 2>/dev/null)"; '
+        + _read_bound("pf_to", LISTING_READ_TIMEOUT)
+        + f'echo "pf_mtime=$(stat -c %Y {pidfile} 2>/dev/null)"; '
         "echo \"pf_boot=$(sed -n 's/^btime //p' /proc/stat 2>/dev/null)\"; "
         'echo "pf_hz=$(getconf CLK_TCK 2>/dev/null)"; '
         'if { read -r pf_s < "/proc/$pid/stat"; } 2>/dev/null; then '
