@@ -530,8 +530,9 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
         i = j + 1
 
 
-#: Access lines that are no traffic: the health check or the wake-up failing (the engine is
-#: dead or asleep; rules engine_wrapper and wake_up_failed read them).
+#: Serving-marker lines that are no traffic: the health check or the wake-up failing (the engine
+#: is dead or asleep; rules engine_wrapper and wake_up_failed read them), a benchmark client's
+#: request-rate setting.
 _NOT_SERVING_RE = re.compile(f"{FAILED_HEALTH_CHECK}|{FAILED_WAKE_UP}|requests/second")
 #: Rules whose line a process can survive: traffic after it is a recovery, not an API server
 #: still answering for a dead engine (torch's allocator warning of an OOM a caller caught, the
@@ -562,7 +563,7 @@ def _process(st: _State, block: str) -> None:
         if p >= 0:
             ls = scan.rfind("\n", 0, p) + 1
             text = clean_line(scan[ls : scan.find("\n", p)])
-            if kw in ('HTTP/1.1" ', "requests/s") and _NOT_SERVING_RE.search(text):
+            if _NOT_SERVING_RE.search(text):
                 continue
             ready, bar = _STAGE_INDEX["ready"], _PROGRESS_RE.search(text)
             progress = f"{bar.group(1)}/{bar.group(2)}" if bar else None  # (an offline run's)
