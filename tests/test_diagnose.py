@@ -809,7 +809,7 @@ HEAD_SCAN_ONLY = {
     "unknown__none__ray_node_marked_dead.log",
     # a weak fact (no KV blocks) and a traceback cut before its exception: the crash signal
     # is the "Traceback (most recent call last)" header, which holds no trigger word
-    "kv_cache_insufficient__kv_memory_zero__v0_negative_gpu_blocks.log",
+    "kv_cache_insufficient__kv_blocks_zero__v0_negative_gpu_blocks.log",
     # lines without a trigger word, kept so (each needle costs a scan of every chunk): in a
     # whole log the same failure comes with an Error / exit line (tt-metal's "RuntimeError:
     # TT_THROW ... Out of Memory"), or it is a wrapper's last word in a short excerpt

@@ -215,16 +215,13 @@ def _ends_traceback(st: _State, hit: _Hit) -> bool:
     )
 
 
-def _zero_blocks_last(st: _State, rule: Rule, hit: _Hit) -> bool:
-    """V0's "# GPU blocks: 0" (or negative) with nothing after it: V0 raises "No available
-    memory for the cache blocks" at once on a device (a CPU prototype that printed it went on
-    to run prompts: then a later line shows it), so the log ending there is that failure."""
-    return (
-        rule.name == "kv_memory_zero"
-        and "blocks:" in hit.text
-        and hit.pos >= st.last_progress_pos
-        and st.healthy_pos < hit.pos
-    )
+def _fatal_at_end(st: _State, rule: Rule, hit: _Hit) -> bool:
+    """Does a weak rule's hit end what the log shows (see ``Rule.fatal_at_end``)?"""
+    if rule.fatal_at_end == "traceback":
+        return _ends_traceback(st, hit)
+    if rule.fatal_at_end == "log":
+        return hit.pos >= st.last_progress_pos and st.healthy_pos < hit.pos
+    return False
 
 
 def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
@@ -256,9 +253,8 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
             rule.weak
             and st.last_signal_pos <= hit.pos
             and hit.pos != st.last_engine_log_frame_pos
-            and not (rule.name == "import_failed" and _ends_traceback(st, hit))
-            and not _zero_blocks_last(st, rule, hit)
-        ):  # (a traceback that ends in a failed import: the program stopped on it)
+            and not _fatal_at_end(st, rule, hit)
+        ):
             continue  # (unless the engine's own error logger printed it: it died of it)
         if rule.weak and hit.pos < max(st.healthy_pos, st.last_generating_frame_pos):
             # an informational line the engine came up after (served, or was generating in

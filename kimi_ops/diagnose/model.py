@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 LABELS: tuple[str, ...] = (
     "starting",
@@ -152,7 +152,10 @@ class Rule:
     ``hint`` / ``summary`` are ``str.format``-style templates (``{port}``) filled from
     the named groups, the facts found in the log and the caller's context; a part in
     ``[[...]]`` is dropped unless all its fields are known, ``[[a||b]]`` falls back to
-    ``b``. A ``weak`` rule (a warning, not an error) only counts when a crash follows.
+    ``b``. A ``weak`` rule (a warning, not an error) only counts when a crash follows, or
+    when its hit ends what the log shows: ``fatal_at_end`` "traceback" (the exception that
+    ends the log's last traceback: the program stopped on it) or "log" (no progress after
+    it: the engine raises at once after that line, so a log ending there is that failure).
     Among hits after the last "server up" marker the highest ``priority`` wins.
     """
 
@@ -166,6 +169,7 @@ class Rule:
     exclude: tuple[re.Pattern[str], ...] = ()
     extract: tuple[re.Pattern[str], ...] = ()
     weak: bool = False
+    fatal_at_end: Literal["", "traceback", "log"] = ""
     _kwset: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
 
     def __post_init__(self) -> None:
@@ -215,6 +219,7 @@ def _rule(
     extract: Iterable[str] = (),
     exclude: Iterable[str] = (),
     weak: bool = False,
+    fatal_at_end: Literal["", "traceback", "log"] = "",
 ) -> Rule:
     return Rule(
         label=label,
@@ -227,6 +232,7 @@ def _rule(
         exclude=_compile_all(exclude),
         extract=_compile_all(extract),
         weak=weak,
+        fatal_at_end=fatal_at_end,
     )
 
 

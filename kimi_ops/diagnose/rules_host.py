@@ -210,5 +210,6 @@ HOST_RULES: tuple[Rule, ...] = (
         "requirements in a clean venv or image.",
         "import failed: {what}",
         weak=True,  # an optional import that failed and was survived is no failure
+        fatal_at_end="traceback",  # a traceback ending in it: the program stopped on it
     ),
 )

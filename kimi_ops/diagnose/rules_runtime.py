@@ -9,6 +9,14 @@ _GIB = r"[KMGT]i?B"  # a size unit in a memory message
 #: The rest of a message, up to a context dump ("| Context: {...}"), at most ~100 characters
 _WHAT_TAIL = r"(?:[^|{]{0,99}[^|{\s])?"
 
+_KV_ZERO_HINT = (
+    "After loading the weights and profiling no device memory is left for the KV cache "
+    "(available memory: 0). Raise gpu_memory_utilization[[ (now {gpu_memory_utilization})]],"
+    " lower max_model_len[[ (now {max_model_len})]] / max_num_seqs, or spread the model over "
+    "more devices (tensor_parallel_size)."
+)
+_KV_ZERO_SUMMARY = "no device memory left for the KV cache (available: 0)"
+
 RUNTIME_RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------- kv_cache_insufficient
     _rule(
@@ -101,27 +109,27 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "kv_memory_zero",
         "kv_cache_insufficient",
         68,
-        (
-            "Available memory: 0,",
-            "available_kv_cache_memory=0",
-            "# GPU blocks: 0",
-            "blocks: 0,",
-            "# GPU blocks: -",
-            "# cuda blocks: -",
-        ),
-        # vllm-ascend's worker: what is left for the KV cache after profiling, in bytes; V0's
-        # block count after profiling
-        [
-            r"Available memory: 0, total memory",
-            r"available_kv_cache_memory=0(?:\.0)?\b",
-            r"# (?:GPU|NPU|XPU|cuda|npu) blocks: (?:0\b|-\d)",  # V0 0.1-0.2 can print -1
-        ],
-        "After loading the weights and profiling no device memory is left for the KV cache "
-        "(available memory: 0). Raise gpu_memory_utilization[[ (now {gpu_memory_utilization})]],"
-        " lower max_model_len[[ (now {max_model_len})]] / max_num_seqs, or spread the model over "
-        "more devices (tensor_parallel_size).",
-        "no device memory left for the KV cache (available: 0)",
+        ("Available memory: 0,", "available_kv_cache_memory=0"),
+        # vllm-ascend's worker: what is left for the KV cache after profiling, in bytes
+        [r"Available memory: 0, total memory", r"available_kv_cache_memory=0(?:\.0)?\b"],
+        _KV_ZERO_HINT,
+        _KV_ZERO_SUMMARY,
         weak=True,  # an INFO line; it counts when the engine then dies
+    ),
+    _rule(
+        "kv_blocks_zero",
+        "kv_cache_insufficient",
+        68,
+        ("# GPU blocks: 0", "blocks: 0,", "# GPU blocks: -", "# cuda blocks: -"),
+        # V0's block count after profiling (0.1-0.2 can print -1)
+        [r"# (?:GPU|NPU|XPU|cuda|npu) blocks: (?:0\b|-\d)"],
+        _KV_ZERO_HINT,
+        _KV_ZERO_SUMMARY,
+        # an INFO line, but V0 raises "No available memory for the cache blocks" right after
+        # it on a device (a CPU prototype that printed it went on to run prompts: then a
+        # later line shows progress), so a log ending there is that failure
+        weak=True,
+        fatal_at_end="log",
     ),
     # ----------------------------------------------------------------- port_in_use
     _rule(
