@@ -35,6 +35,7 @@ MODULES = (
     "markers",
     "candidates",
     "events",
+    "state",
     "scanner",
     "inprocess",
     "decide",

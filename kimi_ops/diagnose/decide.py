@@ -38,7 +38,7 @@ from kimi_ops.diagnose.rules import (
     _QUANT_DTYPE_CPU_RULE,
     RULES,
 )
-from kimi_ops.diagnose.scanner import _Hit, _Line, _State, _truncate
+from kimi_ops.diagnose.state import _Hit, _Line, _State, _truncate
 
 
 def _context_values(context: Mapping[str, object]) -> dict[str, str]:

@@ -20,7 +20,8 @@ from kimi_ops.diagnose.clean import (
 )
 from kimi_ops.diagnose.decide import _decide
 from kimi_ops.diagnose.model import _MAX_PENDING, _SLICE, TAIL_LINES, Diagnosis
-from kimi_ops.diagnose.scanner import _process, _State
+from kimi_ops.diagnose.scanner import _process
+from kimi_ops.diagnose.state import _State
 
 
 class LogDiagnoser:

@@ -14,7 +14,7 @@ from kimi_ops.diagnose.markers import (
     _VLLM_ORIGIN_RE,
 )
 from kimi_ops.diagnose.model import _STAGE_INDEX
-from kimi_ops.diagnose.scanner import _State
+from kimi_ops.diagnose.state import _State
 
 
 def _caller_went_on(st: _State, until_stop: bool = False) -> str | None:

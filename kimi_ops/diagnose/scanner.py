@@ -4,9 +4,7 @@ update."""
 from __future__ import annotations
 
 import re
-from collections import deque
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from kimi_ops.diagnose.candidates import _CONT, _OPEN_FRAME, _candidate_lines, _freq_keywords
 from kimi_ops.diagnose.clean import (
@@ -68,13 +66,13 @@ from kimi_ops.diagnose.markers import (
 )
 from kimi_ops.diagnose.model import (
     _HEALTHY_STAGE,
-    _MAX_EVIDENCE,
     _MAX_TAIL_LINE,
     _STAGE_INDEX,
     TAIL_LINES,
 )
 from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL
 from kimi_ops.diagnose.rules_engine import FAILED_HEALTH_CHECK, FAILED_WAKE_UP
+from kimi_ops.diagnose.state import _Hit, _Line, _State
 
 # Why the scanner is shaped so. A log may be gigabytes (diagnosed on the host, 1 MiB at a
 # time) and almost all of it is serving noise (metrics, access log) that decides nothing.
@@ -94,125 +92,6 @@ from kimi_ops.diagnose.rules_engine import FAILED_HEALTH_CHECK, FAILED_WAKE_UP
 #: the trigger lines: an excerpt pasted into an issue is small, and its one telling line
 #: may hold none of the trigger words. Past it, the trigger scan keeps big logs fast.
 _FULL_SCAN = 64 * 1024
-
-
-class _Hit(NamedTuple):
-    pos: int
-    text: str
-    groups: Mapping[str, str]
-
-
-class _Line(NamedTuple):
-    pos: int
-    text: str
-
-
-class _State:
-    """Everything the diagnosis depends on; small, so it can be cloned cheaply."""
-
-    __slots__ = (
-        "offset",
-        "last_line",
-        "healthy_pos",
-        "healthy_text",
-        "shutdown_pos",
-        "stop_request_pos",
-        "hits",
-        "facts",
-        "stage",
-        "progress",
-        "stage_text",
-        "last_progress_pos",
-        "last_crash_pos",
-        "last_signal_pos",
-        "last_exc",
-        "first_exc_since_progress",
-        "first_exc_since_healthy",
-        "last_header",
-        "last_exit",
-        "last_frame",
-        "last_vllm_frame_pos",
-        "last_attn_frame_pos",
-        "last_quant_frame_pos",
-        "last_quant_code_pos",
-        "last_arg_check_pos",
-        "last_worker_crash_pos",
-        "last_engine_log_frame_pos",
-        "last_survived_frame_pos",
-        "last_module_frame_pos",
-        "last_engine_loop_frame_pos",
-        "last_generating_frame_pos",
-        "last_device_query_frame_pos",
-        "inproc_driver_pos",
-        "api_server_pos",
-        "engine_start_pos",
-        "pre_http",
-        "unraisable",
-        "tail",
-        "tail_provisional",
-        "line_prefix",
-        "line_numbers",
-        "wrap_width",
-        "line_lead",
-    )
-
-    def __init__(self) -> None:
-        self.offset = 0  # offset of the next block in the (\r\n-normalised) stream
-        self.last_line: str | None = None
-        self.healthy_pos = -1
-        self.healthy_text: str | None = None
-        self.shutdown_pos = -1
-        self.stop_request_pos = -1  # an operator's stop: SIGTERM / SIGINT / Ctrl-C
-        self.hits: dict[str, _Hit] = {}  # rule name -> first hit since the healthy marker
-        self.facts: dict[str, str] = {}
-        self.stage = -1
-        self.progress: str | None = None
-        self.stage_text: str | None = None
-        self.last_progress_pos = -1
-        self.last_crash_pos = -1
-        self.last_signal_pos = -1
-        self.last_exc: _Line | None = None
-        self.first_exc_since_progress: _Line | None = None
-        self.first_exc_since_healthy: _Line | None = None
-        self.last_header: _Line | None = None
-        self.last_exit: _Line | None = None
-        self.last_frame: _Line | None = None
-        self.last_vllm_frame_pos = -1  # a frame in vLLM's code, or an exception vLLM printed
-        self.last_attn_frame_pos = -1  # ... in attention / KV-cache code
-        self.last_quant_frame_pos = -1  # ... in weight-quantization / GEMM / MoE code
-        self.last_quant_code_pos = -1  # ... in vLLM's quantization code proper
-        self.last_arg_check_pos = -1  # ... in the serve command's argument check
-        self.last_worker_crash_pos = -1  # an exception under a worker process's prefix
-        self.last_engine_log_frame_pos = -1  # a traceback line the engine's error logger printed
-        self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
-        self.last_module_frame_pos = -1  # a traceback's top frame: a program's (uncaught)
-        self.last_engine_loop_frame_pos = -1  # ... in the engine's busy loop (this run's)
-        self.last_generating_frame_pos = -1  # a frame of the LLM class's generation loop
-        self.last_device_query_frame_pos = -1  # torch's first questions to the device
-        self.inproc_driver_pos = -1  # a library driving an in-process engine spoke (Unsloth)
-        self.api_server_pos = -1  # vLLM's API server spoke: a server, not an in-process engine
-        self.engine_start_pos = -1  # the engine's own first line ("Initializing ... LLM engine")
-        self.pre_http: tuple[int, str | None, str | None] = (-1, None, None)  # stage before it
-        self.unraisable = False  # in a traceback Python printed as "Exception ignored in: ..."
-        self.tail: deque[str] = deque(maxlen=TAIL_LINES + 1)
-        self.tail_provisional = False
-        self.line_prefix: str | None = None  # a tool's constant label on every line (learned)
-        self.line_numbers: re.Pattern[str] | None = None  # grep -n's, cat -n's (learned)
-        self.wrap_width: int | None = None  # a terminal's hard wrap (learned)
-        self.line_lead: re.Pattern[str] | None = None  # a decorated line's start (learned)
-
-    def clone(self) -> _State:
-        new = _State.__new__(_State)
-        for name in _State.__slots__:
-            setattr(new, name, getattr(self, name))
-        new.hits = dict(self.hits)
-        new.facts = dict(self.facts)
-        new.tail = deque(self.tail, maxlen=TAIL_LINES + 1)
-        return new
-
-
-def _truncate(text: str, limit: int = _MAX_EVIDENCE) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _exit_noise_after_offline_run(st: _State, name: str, text: str) -> bool:
