@@ -4,8 +4,7 @@ skipped only when the block cannot hold it, so no line the full search finds is 
 from __future__ import annotations
 
 from kimi_ops.diagnose import candidates, diagnose
-from kimi_ops.diagnose.markers import _FREQ_HEALTHY
-from kimi_ops.diagnose.words import _FIND_WORDS
+from kimi_ops.diagnose.words import _FIND_WORDS, _FREQ_HEALTHY
 
 
 def test_a_frequent_marker_is_searched_whenever_the_block_could_hold_it() -> None:

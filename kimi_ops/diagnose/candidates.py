@@ -7,8 +7,13 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from kimi_ops.diagnose.markers import _FREQ_HEALTHY, _FREQ_HEALTHY_JSON
-from kimi_ops.diagnose.words import _FIND_WORDS, _MARKED_FIND_WORDS, _TRIGGER_WORDS
+from kimi_ops.diagnose.words import (
+    _FIND_WORDS,
+    _FREQ_HEALTHY,
+    _FREQ_HEALTHY_JSON,
+    _MARKED_FIND_WORDS,
+    _TRIGGER_WORDS,
+)
 
 
 def _trie_regex(words: Iterable[str]) -> str:
@@ -75,9 +80,9 @@ _FREQ_GATED = tuple((next((g for g in _FREQ_GATES if g in kw), ""), kw) for kw i
 
 
 def _freq_keywords(scan: str, json_records: bool = False) -> list[str]:
-    """The frequent serving markers (``markers._FREQ_HEALTHY``) ``scan`` may hold: those whose
+    """The frequent serving markers (``words._FREQ_HEALTHY``) ``scan`` may hold: those whose
     shared word (:data:`_FREQ_GATES`) it lacks are left out; a block that was JSON records
-    adds ``markers._FREQ_HEALTHY_JSON``."""
+    adds ``words._FREQ_HEALTHY_JSON``."""
     absent = {g for g in _FREQ_GATES if g not in scan}
     found = [kw for gate, kw in _FREQ_GATED if gate not in absent]
     return found + list(_FREQ_HEALTHY_JSON) if json_records else found

@@ -200,10 +200,11 @@ _NOT_A_PREFIX_RE = re.compile(
 )
 
 
-def _first_lines(text: str, n: int) -> list[str]:
+def _first_lines(text: str, n: int, blank: bool = False) -> list[str]:
     """The first ``n`` non-empty lines of ``text`` (among its first ``4 * n``), the sample
-    each learned decoration is decided from."""
-    return [ln for ln in text.split("\n", 4 * n) if ln.strip()][:n]
+    each learned decoration is decided from; with ``blank``, lines of spaces count (a hard
+    wrap's piece of a line padded with trailing spaces)."""
+    return [ln for ln in text.split("\n", 4 * n) if (ln if blank else ln.strip())][:n]
 
 
 def learn_line_prefix(text: str) -> str | None:
@@ -321,6 +322,8 @@ def _starts_record(line: str, lead: re.Pattern[str] | None = None) -> bool:
     line numbers or label, which a wrapped piece lacks), a known one, or a record's words."""
     if lead is not None and lead.match(line):
         return True
+    if not line.strip():  # spaces alone: a piece of a line padded with trailing spaces
+        return False
     bare = uncolored(line)
     known = _PREFIX_RE.match(bare)
     return (known is not None and known.end() > 0) or _RECORD_START_RE.match(bare) is not None
@@ -343,7 +346,7 @@ def learn_wrap_width(text: str, lead: re.Pattern[str] | None = None) -> int | No
     lines of that length (a log's own lines of one length, metrics or progress lines, are each
     followed by a record of their own). ``None`` when it was not wrapped.
     """
-    lines = _first_lines(text, WRAP_SAMPLE)
+    lines = _first_lines(text, WRAP_SAMPLE, blank=True)
     width = max((len(ln) for ln in lines), default=0)
     if width < _MIN_WRAP:
         return None
@@ -503,7 +506,7 @@ def clean_line(line: str) -> str:
         return "^C " + clean_line(s[2:])
     if s.endswith(("│", "┃")):
         s = s[:-1].rstrip()
-    m = _PREFIX_RE.match(s)
+    m = _PREFIX_RE.match(s + " ")  # (a decoration of an empty line lost its space above)
     if m is not None:
         s = s[m.end() :]
     if s.startswith("**") and s.endswith("**") and len(s) > 6 and "*" not in (s[2], s[-3]):

@@ -379,7 +379,11 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         and st.healthy_pos < st.last_module_frame_pos < exc.pos
         and exc.pos >= st.last_progress_pos
     )
-    if crashed_before_up or died_after_up or engine_died_after_up or program_died:
+    # a thread died after the server was up (its traceback follows "Exception in thread X:")
+    # and nothing was served after it, nor did the server stop: what it ran stopped with it
+    died = st.thread_died
+    thread_died = healthy and shutdown is None and died is not None and died.pos > st.healthy_pos
+    if crashed_before_up or died_after_up or engine_died_after_up or program_died or thread_died:
         engine = engine_died_after_up or (
             crashed_before_up
             and st.last_vllm_frame_pos > st.last_progress_pos
@@ -477,6 +481,7 @@ def _generic_unknown(
         exit_line = None
     candidates = [x for x in (st.last_exc, exit_line) if x is not None]
     main = max(candidates, key=lambda x: x.pos) if candidates else None
+    thread = st.thread_died if main is None else None  # (a thread's traceback, cut)
     if main is None:
         main = st.last_frame or st.last_header
     evidence: list[str] = []
@@ -485,6 +490,9 @@ def _generic_unknown(
     if root is not None and root.text not in evidence:
         evidence.append(root.text)
     what = main.text.strip() if main is not None else "the process stopped"
+    if thread is not None and thread.pos > st.healthy_pos:
+        evidence.insert(0, thread.text)  # which thread died, then its last frame
+        what = thread.text.strip().rstrip(":") + (f", last frame: {what}" if main else "")
     values = {**ctx, **facts, "what": _truncate(what, 300)}
     if engine and st.last_exc is not None and st.last_exc.pos > st.last_progress_pos:
         # vLLM's exception, then a process exit ("Parent process exited", a container's

@@ -43,6 +43,7 @@ from kimi_ops.diagnose.markers import (
 )
 from kimi_ops.diagnose.model import _HEALTHY_STAGE, _STAGE_INDEX, _WRAP_MIN
 from kimi_ops.diagnose.rules import RULES
+from kimi_ops.diagnose.words import THREAD_DIED
 
 #: asyncio's report of a task or future whose exception nobody retrieved ("Future exception
 #: was never retrieved" / "Task exception was never retrieved", then this line, then the
@@ -161,7 +162,12 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         _EXC_RE.match(text) or ("panicked at" in text and _PANIC_RE.match(text))
     ):
         events.append((_EV_EXC, text, is_wrapper, False, False, False))
-    elif ray_wrapper or _TRACEBACK in text or _UTILITY_FAILED_RE.match(text):
+    elif (
+        ray_wrapper
+        or _TRACEBACK in text
+        or _UTILITY_FAILED_RE.match(text)
+        or text.startswith(THREAD_DIED)
+    ):
         events.append((_EV_HEADER, text, False))  # (the engine's words heading a traceback)
     elif "exception=" in text and (um := _UNRETRIEVED_EXC_RE.match(text)) is not None:
         exc_text = f"{um['exc']}: {um['msg']}"

@@ -120,56 +120,6 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
     ),
 )
 _RUN_START = "vLLM API server version"
-#: Frequent "serving" markers (metrics, access log), found per chunk with rfind: each (a
-#: preemption, the offline progress bar, the request log, speculative decoding's metrics) is
-#: printed only by an engine that is running requests.
-_FREQ_HEALTHY: tuple[str, ...] = (
-    "Avg prompt throughput",
-    " reqs, ",  # the stats line, any version (0.1: "Throughput: 0.0 tokens/s, Running: 1 reqs, ..")
-    "Prefix cache hit rate: ",  # V0 prints it on its own line
-    "Speculative metrics: ",  # V0's speculative decoding
-    # uvicorn's access log: any status (a 500 is a request that failed on a server that is
-    # up; after a failure the failure stands, see scanner._apply)
-    'HTTP/1.1" ',
-    "is preempted by PreemptionMode",
-    "Processed prompts:",
-    "Added request ",
-    "Aborted request ",
-    "Finished request ",
-    "SpecDecoding metrics",
-    # vLLM's tools: benchmark_throughput's "Throughput: 2.1 requests/s, ..", a benchmark's
-    # "Request throughput: 7.2 requests/s" (not its "requests/second"), "Avg latency: ", ..
-    "requests/s",
-    "Avg latency: ",
-    "Average latency: ",  # (0.1's benchmark_serving.py)
-    "Generated text: ",
-    # V1's stats beside its throughput once requests ran: KV / cache transfers, diffusion, ..
-    "KV Transfer metrics: ",
-    "EC Transfer metrics: ",
-    "DiffusionDecoding metrics: ",
-    " context requests, ",
-    # vLLM's serving benchmark's result table and its speculative section (requests ran)
-    "Serving Benchmark Result",
-    "Mean TTFT (ms):",
-    "Acceptance rate (%):",
-    "Acceptance length:",
-    # LMCache (a KV connector) storing / retrieving a request's KV cache: requests are running
-    "Storing KV cache for ",
-    "LMCache INFO: Stored ",
-    "LMCache INFO: Retrieved ",
-    # a request being handled: a tool parser's lines, V0's scheduler refusing a long prompt
-    "_tool_parser.py:",
-    "tokens) is too long and exceeds",
-    # vLLM-Omni (multi-stage, diffusion models): a request generated, its metrics record
-    "Generation completed successfully",
-    "'request_level_metrics'",
-)
-#: Of those, a running server's own traffic lines (V1's API-server stats, uvicorn's access log):
-#: printed on while it stops, so one after a stop keeps the stop (the requests it then fails
-#: are the teardown). An offline tool's result line ends its run: a new one may follow.
-_SERVING_WHILE_STOPPING = ("Avg prompt throughput", " reqs, ", 'HTTP/1.1" ')
-#: Searched as those are in a block of JSON records (a tool parser's record has no line number)
-_FREQ_HEALTHY_JSON = ("_tool_parser.py] ",)
 _PROGRESS_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*(?:\[|$)")
 
 _FACT_PATTERNS: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(

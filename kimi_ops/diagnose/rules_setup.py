@@ -392,6 +392,7 @@ _MODEL_RULES: tuple[Rule, ...] = (
             "NotFound: no Models",
             "Cache directory not found",
             "Max retries exceeded",
+            "Read timed out",
             "Can't load tokenizer for",
             "Error no file named",
             "No tokenizer file found",
@@ -455,12 +456,13 @@ _MODEL_RULES: tuple[Rule, ...] = (
             r"^(?:[\w.]+\.)?OfflineModeIsEnabled\b",
             r"^(?:[\w.]+\.)?HTTPError: 40[13] Client Error",
             r"^[\w.]*(?:Error|Exception)\b.*We couldn't connect to '?https://huggingface\.co",
-            # requests / urllib3 giving up on the Hub (a timeout, no route, a proxy)
+            # requests / urllib3 giving up on the Hub (a timeout, no route, a proxy; a read that
+            # timed out is not retried)
             # (the host quoted as repr quotes it inside a repr: host=\'huggingface.co\'; a paste
             # that joined the traceback into one line has the exception after its frames)
             r"(?:^|\s)[\w.]*(?:ConnectTimeout|ConnectionError|ReadTimeout)\b.*host=\\?'"
             r"(?:huggingface\.co|hf-mirror\.com|[\w.\-]*\.hf\.co|(?:www\.)?modelscope\.cn)\\?'"
-            r".*Max retries exceeded",
+            r".*(?:Max retries exceeded|Read timed out)",
             # the Hub itself failing (503, 502...) while vLLM fetched the model's files / info
             r"\b5\d\d Server Error\b.*\bhttps://huggingface\.co/",
             r"No supported config format found in (?P<model>\S+)",

@@ -55,7 +55,6 @@ from kimi_ops.diagnose.markers import (
     _PROGRESS_RE,
     _QUANT_CODE_RE,
     _QUANT_FRAME_RE,
-    _SERVING_WHILE_STOPPING,
     _STOP_REQUEST_RE,
     _SURVIVED_FIRST_FRAME_RE,
     _SURVIVED_FRAME_RE,
@@ -73,6 +72,7 @@ from kimi_ops.diagnose.model import (
 from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL
 from kimi_ops.diagnose.rules_engine import FAILED_HEALTH_CHECK, FAILED_WAKE_UP
 from kimi_ops.diagnose.state import _Hit, _Line, _State
+from kimi_ops.diagnose.words import _SERVING_WHILE_STOPPING, THREAD_DIED
 
 # Why the scanner is shaped so. A log may be gigabytes (diagnosed on the host, 1 MiB at a
 # time) and almost all of it is serving noise (metrics, access log) that decides nothing.
@@ -126,8 +126,8 @@ def _note_config_refusal(st: _State, exc: _Line) -> None:
     if frame is None or frame.pos <= since or "config_refused" in st.hits:
         return
     m = _CONFIG_REFUSAL_RE.match(exc.text)
-    if m is None:
-        return
+    if m is None or (st.healthy_pos >= 0 and _REQUEST_REFUSED in exc.text):
+        return  # (a request's parameter refused on a server that is up: see _apply)
     # a TypeError in config code may be a bug; under the argument check it is a refusal
     in_config = m.group("kind") != "Type" and _CONFIG_FRAME_RE.search(frame.text) is not None
     if in_config or st.last_arg_check_pos > since:
@@ -250,6 +250,11 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         name, text, groups = ev[2], ev[3], ev[4]
         if pos <= st.healthy_pos:
             return
+        if st.healthy_pos >= 0 and _REQUEST_REFUSED in text:
+            # vLLM's error for a request's parameters (the API answers 400) on a server that
+            # is up: that request was refused, not a setting (at startup, under the serve
+            # command's argument check, it is a setting's: see _note_config_refusal)
+            return
         if _exit_noise_after_offline_run(st, name, text):
             # the offline LLM finished its prompts; its client then reports the engine gone as
             # the interpreter exits: a stop, not a crash
@@ -284,6 +289,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
     elif kind == _EV_HEADER:
         st.last_header = _Line(pos, ev[2])
         st.last_crash_pos = st.last_signal_pos = pos
+        if ev[2].startswith(THREAD_DIED):
+            st.thread_died = _Line(pos, ev[2])
         if "lifespan" in ev[2]:  # (a one-line paste: the traceback's frames on its line)
             _http_start_failed(st, pos, ev[2])
         if ev[3]:
@@ -413,6 +420,8 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 #: is dead or asleep; rules engine_wrapper and wake_up_failed read them), a benchmark client's
 #: request-rate setting.
 _NOT_SERVING_RE = re.compile(f"{FAILED_HEALTH_CHECK}|{FAILED_WAKE_UP}|requests/second")
+#: vllm.exceptions.VLLMValidationError: "for request validation failures" (its docstring)
+_REQUEST_REFUSED = "VLLMValidationError: "
 #: Rules whose line a process can survive: traffic after it is a recovery, not an API server
 #: still answering for a dead engine (torch's allocator warning of an OOM a caller caught, the
 #: Hub client retrying a request).

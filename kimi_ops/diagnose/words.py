@@ -204,3 +204,60 @@ _HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset(
         "casting to bfloat16",  # the CPU build's dtype notice, at startup
     }
 )
+
+#: Python's threading excepthook heading a thread's traceback: that thread is gone (the process
+#: goes on; what the thread did, a server's model loop, stops with it).
+THREAD_DIED = "Exception in thread "
+
+#: Frequent "serving" markers (metrics, access log), found per chunk with rfind: each (a
+#: preemption, the offline progress bar, the request log, speculative decoding's metrics) is
+#: printed only by an engine that is running requests.
+_FREQ_HEALTHY: tuple[str, ...] = (
+    "Avg prompt throughput",
+    "tok/s",  # a benchmark's token throughput ("Output token throughput (tok/s):", "160 tok/s")
+    " reqs, ",  # the stats line, any version (0.1: "Throughput: 0.0 tokens/s, Running: 1 reqs, ..")
+    "Prefix cache hit rate: ",  # V0 prints it on its own line
+    "Speculative metrics: ",  # V0's speculative decoding
+    # uvicorn's access log, any status (a 500 too; after a failure it stands: scanner._apply)
+    'HTTP/1.1" ',
+    "is preempted by PreemptionMode",
+    "Processed prompts:",
+    "Added request ",
+    # the API server warning of a request's fields it ignores (a client's extra "strict", ..)
+    "in the request but ignored",
+    "Aborted request ",
+    "Finished request ",
+    "SpecDecoding metrics",
+    # vLLM's tools: benchmark_throughput's "Throughput: 2.1 requests/s, ..", a benchmark's
+    # "Request throughput: 7.2 requests/s" (not its "requests/second"), "Avg latency: ", ..
+    "requests/s",
+    "Avg latency: ",
+    "Average latency: ",  # (0.1's benchmark_serving.py)
+    "Generated text: ",
+    # V1's stats beside its throughput once requests ran: KV / cache transfers, diffusion, ..
+    "KV Transfer metrics: ",
+    "EC Transfer metrics: ",
+    "DiffusionDecoding metrics: ",
+    " context requests, ",
+    # vLLM's serving benchmark's result table and its speculative section (requests ran)
+    "Serving Benchmark Result",
+    "Mean TTFT (ms):",
+    "Acceptance rate (%):",
+    "Acceptance length:",
+    # LMCache (a KV connector) storing / retrieving a request's KV cache: requests are running
+    "Storing KV cache for ",
+    "LMCache INFO: Stored ",
+    "LMCache INFO: Retrieved ",
+    # a request being handled: a tool parser's lines, V0's scheduler refusing a long prompt
+    "_tool_parser.py:",
+    "tokens) is too long and exceeds",
+    # vLLM-Omni (multi-stage, diffusion models): a request generated, its metrics record
+    "Generation completed successfully",
+    "'request_level_metrics'",
+)
+#: Of those, a running server's own traffic lines (V1's API-server stats, uvicorn's access log):
+#: printed on while it stops, so one after a stop keeps the stop (the requests it then fails
+#: are the teardown). An offline tool's result line ends its run: a new one may follow.
+_SERVING_WHILE_STOPPING = ("Avg prompt throughput", " reqs, ", 'HTTP/1.1" ')
+#: Searched as those are in a block of JSON records (a tool parser's record has no line number)
+_FREQ_HEALTHY_JSON = ("_tool_parser.py] ",)
