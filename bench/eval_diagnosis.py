@@ -99,7 +99,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zm": ("0e63bdb", "0329df0"),
     "blind-zn": ("c476dc4", "4afbf4b"),
     "blind-zp": ("15839cc", "399df95"),
-    "blind-zq": ("77a9b33", None),
+    "blind-zq": ("77a9b33", "c1c22e7"),
 }
 
 
