@@ -121,6 +121,21 @@ class _WholeOutput:
         if self.watchers:
             super().respond(buffer_)  # type: ignore[misc]
 
+    def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+        self._interrupt = interrupt
+        super().send_interrupt(interrupt)  # type: ignore[misc]
+
+    def _finish(self) -> Any:
+        # Invoke forwards a Ctrl-C to the command and goes on waiting; when the command then
+        # ends well (it ignored the signal, or had just finished) the interrupt was lost, and
+        # a deploy the user stopped went on and reported ready. Once the command has ended,
+        # the interrupt is ours.
+        self._interrupt: KeyboardInterrupt | None = None
+        result = super()._finish()  # type: ignore[misc]
+        if self._interrupt is not None:
+            raise self._interrupt
+        return result
+
 
 class WholeOutputRemote(_WholeOutput, fabric_runners.Remote):
     pass
