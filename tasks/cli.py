@@ -387,13 +387,17 @@ status.__doc__ = (status.__doc__ or "").replace(
 @kimi_task(
     "logs",
     flags={
-        "lines": (50, "how many lines to print (default 50)"),
+        # (a string: Invoke's own int cast answers "abc" with a traceback)
+        "lines": ("50", "how many lines to print (default 50)"),
         "follow": (False, "keep printing new lines (Ctrl-C ends)"),
     },
 )
-def logs(s: Session, lines: int = 50, follow: bool = False) -> None:
+def logs(s: Session, lines: str = "50", follow: bool = False) -> None:
     """Print the tail of the current server log (--follow to keep reading)."""
-    _write(steps.read_log(s.host, s.profile, int(lines)))
+    count = str(lines).strip()
+    if not count.isdigit() or not 0 < int(count) <= 1_000_000:
+        raise Exit(f"error: logs: --lines must be a whole number from 1 to 1000000, got {lines!r}")
+    _write(steps.read_log(s.host, s.profile, int(count)))
     if follow:
         steps.follow_log(s.host, s.profile, _write)
 
@@ -428,13 +432,15 @@ def diagnose_task(c: Context, log: str | None = None, json: bool = False) -> Non
     as_json = json
     masking.install(kimi_config(c))
     if log:
-        path = Path(log)
-        if not path.is_file():
-            raise Exit(f"error: diagnose: no such file: {log}", code=1)
         diagnoser = LogDiagnoser()
-        with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
-            while chunk := fh.read(1 << 20):
-                diagnoser.feed(chunk)
+        try:  # any readable file: a pipe too (`--log <(docker logs vllm 2>&1)`)
+            with open(log, encoding="utf-8", errors="replace", newline="") as fh:
+                while chunk := fh.read(1 << 20):
+                    diagnoser.feed(chunk)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise Exit(f"error: diagnose: cannot read {log}: {why}", code=1) from exc
+        path = Path(log)
         print_diagnosis(diagnoser.diagnosis(), as_json, source=str(path))
         return
     reporter = Reporter(None, quiet=as_json)

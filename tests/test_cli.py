@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,33 @@ def test_diagnose_json_on_every_shared_log() -> None:
 def test_diagnose_of_a_missing_file_is_one_line() -> None:
     out = fab("diagnose", "--log", "/nonexistent/vllm.log")
     assert out.returncode == 1
-    assert "no such file" in out.stderr and "Traceback" not in out.stderr
+    assert "No such file" in out.stderr and "Traceback" not in out.stderr
+    # a directory says so (it said "no such file" before)
+    assert "Is a directory" in fab("diagnose", "--log", "/").stderr
+
+
+def test_diagnose_reads_a_log_from_a_pipe_or_device(tmp_path: Path) -> None:
+    """Any readable file: a FIFO (what `--log <(docker logs vllm)` passes) or /dev/null (an
+    empty log: nothing yet), which it called "no such file" before (red-team)."""
+    assert "no output yet" in fab("diagnose", "--log", "/dev/null").stdout
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w") as fh:
+            fh.write("INFO:     Application startup complete.\n")
+
+    writer = threading.Thread(target=write, daemon=True)  # (never blocks the run)
+    writer.start()
+    out = fab("diagnose", "--log", str(fifo))
+    writer.join(timeout=30)
+    assert out.returncode == 0 and "healthy" in out.stdout, out.stderr
+
+
+def test_a_count_that_is_no_number_is_one_line() -> None:
+    out = fab("logs", "--lines", "abc")
+    assert out.returncode == 1, out.stdout
+    assert "--lines must be a whole number" in out.stderr and "Traceback" not in out.stderr
 
 
 FORBIDDEN = {"fabric", "invoke", "paramiko", "subprocess", "socket"}
