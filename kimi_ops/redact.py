@@ -44,17 +44,34 @@ def is_secret_name(name: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS)
 
 
 #: Values that carry a credential whatever their variable is called: a URL with a password in
-#: it (``postgres://user:pw@db/x``, ``https://user:token@host``), and tokens in the well-known
-#: formats (Hugging Face ``hf_...``, OpenAI-style ``sk-...``, GitHub ``ghp_`` / ``github_pat_``,
-#: Slack ``xox?-``, AWS access key ids, JSON web tokens).
+#: it (``postgres://user:pw@db/x``, ``https://user:token@host``, a password holding ``/``), a
+#: proxy's ``user:pw@host:3128`` without a scheme, and tokens in the well-known formats
+#: (Hugging Face ``hf_...``, OpenAI-style ``sk-...``, GitHub ``ghp_`` / ``github_pat_``, GitLab
+#: ``glpat-``, Google ``AIza...``, npm ``npm_...``, Slack ``xox?-``, AWS access key ids, JSON
+#: web tokens).
 SECRET_VALUE_RE = re.compile(
-    r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s/@]+@"
+    r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:[^\s@'\"]+?@"
+    r"|(?<![\w.%+~:/@-])[\w.%+~-]+:[^\s/@:'\"]+@(?=[A-Za-z0-9\[])"
     r"|\bhf_[A-Za-z0-9]{20,}"
     r"|\bsk-[A-Za-z0-9_-]{20,}"
     r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
+    r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    r"|\bAIza[0-9A-Za-z_-]{30,}"
+    r"|\bnpm_[A-Za-z0-9]{30,}"
     r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"
     r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
     r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+"
+)
+
+#: Names whose value is a secret wherever it is written (a log line ``HF_TOKEN=...``, vLLM's
+#: "non-default args: {'api_key': [...]}"), masked in every text fab shows even when fab's own
+#: environment does not hold the value. A profile adds its own (:func:`secret_names`).
+KNOWN_SECRET_NAMES: tuple[str, ...] = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "VLLM_API_KEY",
+    "api_key",
+    "hf_token",
 )
 
 
@@ -101,21 +118,53 @@ _SECRET_FLAG_RE = re.compile(
 )
 
 
+def _named_value_re(names: Iterable[str]) -> re.Pattern[str]:
+    """``NAME=value``, ``NAME: value``, ``'NAME': 'value'`` or ``'NAME': ['value']`` for each
+    name (whole names only: ``OLD_HF_TOKEN`` is not ``HF_TOKEN``)."""
+    alts = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
+    return re.compile(
+        rf"(?P<head>(?<![\w$])(?:{alts})['\"]?\s*(?:=|:\s*)\[?\s*)"
+        r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;&|\]}'\"]+)"
+    )
+
+
+_KNOWN_NAMED_RE = _named_value_re(KNOWN_SECRET_NAMES)
+#: What a secret name may be given that is no secret: masked already, none, a placeholder
+#: (``export HF_TOKEN=...`` in a hint).
+_NO_VALUE = frozenset({MASK, "", "...", "None", "null"})
+
+
+def mask_shapes(text: str, names: Iterable[str] = ()) -> str:
+    """``text`` with every credential it shows by its shape hidden, whatever kimi-ops knows of
+    its value: values shaped like credentials (:data:`SECRET_VALUE_RE`), a secret flag's value
+    (``--api-key X``) and the value given to a known secret name (:data:`KNOWN_SECRET_NAMES`
+    and ``names``: ``HF_TOKEN=...`` in a log). Everything fab prints passes through it."""
+    if not text:
+        return text
+    names = tuple(names)
+    named = _named_value_re((*KNOWN_SECRET_NAMES, *names)) if names else _KNOWN_NAMED_RE
+
+    def value(m: re.Match[str]) -> str:
+        shown = m.group("value").strip("'\"")
+        return m.group(0) if shown in _NO_VALUE else f"{m.group('head')}{MASK}"
+
+    text = named.sub(value, text)
+    text = _SECRET_FLAG_RE.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{MASK}", text)
+    return SECRET_VALUE_RE.sub(MASK, text)
+
+
 def mask_unknown_secrets(text: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS) -> str:
     """``text`` (a shell script, a command line) with secrets hidden that no :class:`Masker`
-    knows the value of: an assignment to a secret-named variable (``export HF_TOKEN=...``), a
-    secret flag's value (``--api-key X``), and values shaped like credentials
-    (:data:`SECRET_VALUE_RE`). For text kimi-ops did not write now, e.g. an older launch script
-    on the host, whose token the current profile no longer holds."""
+    knows the value of: an assignment to a secret-named variable (``export HF_TOKEN=...``), and
+    what :func:`mask_shapes` hides. For text kimi-ops did not write now, e.g. an older launch
+    script on the host, whose token the current profile no longer holds."""
 
     def assignment(m: re.Match[str]) -> str:
         if is_secret_env(m.group("name"), m.group("value"), patterns):
             return f"{m.group('name')}={MASK}"
         return m.group(0)
 
-    text = _ASSIGNMENT_RE.sub(assignment, text)
-    text = _SECRET_FLAG_RE.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{MASK}", text)
-    return SECRET_VALUE_RE.sub(MASK, text)
+    return mask_shapes(_ASSIGNMENT_RE.sub(assignment, text))
 
 
 def flag_secrets(args: Iterable[Any]) -> list[str]:
@@ -127,7 +176,9 @@ def flag_secrets(args: Iterable[Any]) -> list[str]:
         name, eq, value = arg.partition("=")
         if name.startswith("--"):
             name = "--" + name[2:].replace("_", "-")
-        if name not in SECRET_FLAGS:
+        # vLLM's parser takes an abbreviation (--api-ke X); such a flag is refused, but its
+        # value must not show in the error that says so either
+        if len(name) <= 2 or not any(f.startswith(name) for f in SECRET_FLAGS):
             continue
         if eq:
             out.append(value)
@@ -168,6 +219,26 @@ def config_secrets(config: Mapping[str, Any], environ: Mapping[str, str]) -> set
         if isinstance(args, (list, tuple)):
             found |= set(flag_secrets(args))
     return {v for v in found if v}
+
+
+def config_secret_names(config: Mapping[str, Any]) -> set[str]:
+    """The variable names whose values are secrets in a raw ``kimi`` section: ``secret_env``,
+    ``api_key_env`` and the secret-named ``env`` keys (a log line ``NAME=value`` is masked by
+    :func:`mask_shapes` even when fab's environment does not hold the value)."""
+    names: set[str] = set()
+    given = config.get("secret_patterns")
+    patterns = DEFAULT_SECRET_PATTERNS
+    if isinstance(given, (list, tuple)):
+        patterns = with_default_patterns(p for p in given if isinstance(p, str) and p)
+    env = config.get("env")
+    if isinstance(env, Mapping):
+        names |= {k for k in env if isinstance(k, str) and is_secret_name(k, patterns)}
+    listed = config.get("secret_env")
+    if isinstance(listed, (list, tuple)):
+        names |= {n for n in listed if isinstance(n, str)}
+    if isinstance(config.get("api_key_env"), str):
+        names.add(config["api_key_env"])
+    return {n for n in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)}
 
 
 #: Where Invoke's debug log shows configuration data: ``Runtime config file (PATH): {...}``,
@@ -290,24 +361,37 @@ class Masker:
 class MaskStream:
     """Masks text fed in pieces, so a secret split across two pieces (a log line written in
     two flushes, read by two polls) is still masked whole: ``feed`` returns what is safe to
-    show and holds back only a tail that may be the start of a secret (at most the longest
-    secret's length); ``flush`` at the end shows that tail as ``***``."""
+    show and holds back a tail that may be the start of a secret (at most the longest secret's
+    length), and the line it is in until that line ends (a ``\\n`` or ``\\r``, or
+    :data:`HOLD_LIMIT` characters), so what reads a piece at a time (:func:`mask_shapes` on
+    everything fab prints) sees whole lines and a credential's shape whole; ``flush`` at the
+    end shows the held line, and a held-back tail as ``***``."""
+
+    HOLD_LIMIT = 1 << 16
 
     def __init__(self, masker: Masker) -> None:
         self._masker = masker
         self._pending = ""
+        self._line = ""  # masked, held until its line ends
 
     @property
     def pending(self) -> str:
-        return self._pending
+        return self._pending + self._line
 
     def feed(self, text: str) -> str:
         shown, self._pending = self._masker._mask_determined(self._pending + text)
-        return shown
+        shown = self._line + shown
+        cut = max(shown.rfind("\n"), shown.rfind("\r")) + 1
+        if len(shown) - cut > self.HOLD_LIMIT:
+            cut = len(shown)
+        self._line = shown[cut:]
+        return shown[:cut]
 
     def flush(self) -> str:
-        """The end of the text: a held-back tail is (the start of) a secret, shown as ``***``."""
-        shown, self._pending = (MASK if self._pending else ""), ""
+        """The end of the text: the held line as is, and a held-back tail (the start of a
+        secret) as ``***``."""
+        shown = self._line + (MASK if self._pending else "")
+        self._pending = self._line = ""
         return shown
 
 

@@ -3,8 +3,10 @@
 :func:`install` collects the secret values the ``kimi`` configuration can bring in
 (:func:`kimi_ops.redact.config_secrets`: secret-named ``env`` values, the API key, ``secret_env``
 variables, ``--api-key`` in ``extra_args``) and wraps ``sys.stdout`` and ``sys.stderr`` so each
-write shows them as ``***``: step results, diffs (an old launch script that still held a token),
-JSON, errors, log lines from the host, tracebacks under ``fab -d``. Log records (``fab -d``:
+write shows them as ``***``, and with them every value shaped like a credential and every value
+given to a secret name (:func:`kimi_ops.redact.mask_shapes`), known or not: step results, diffs
+(both sides: an old launch script that still held a token, a new one with a credential-shaped
+value), JSON, errors, log lines from the host, tracebacks under ``fab -d``. Log records (``fab -d``:
 Invoke's debug log, bound to stderr before the wrap) pass a :class:`MaskingFilter`, installed
 when ``tasks`` is imported, before Invoke loads and logs the config files. The launch script and the
 preflight report leave secret-named values out by construction; this is the net under them.
@@ -20,12 +22,23 @@ from typing import Any, TextIO
 
 from kimi_ops.redact import (
     Masker,
+    config_secret_names,
     config_secrets,
     hide_logged_data,
+    mask_shapes,
     secrets_in_logged_config,
 )
 
 MASKER = Masker()
+#: Secret variable names of the profile (``secret_env``, ``api_key_env``, secret-named env
+#: keys): their values are masked in what fab shows even when fab does not know them.
+NAMES: set[str] = set()
+
+
+def hide(masker: Masker, text: str) -> str:
+    """``text`` as fab may show it: known secret values, then credential shapes and the values
+    of secret names (:func:`kimi_ops.redact.mask_shapes`), as ``***``."""
+    return mask_shapes(masker(text), NAMES)
 
 
 class MaskingStream:
@@ -36,7 +49,7 @@ class MaskingStream:
         self._masker = masker
 
     def write(self, text: str) -> int:
-        self._stream.write(self._masker(text))
+        self._stream.write(hide(self._masker, text))
         return len(text)
 
     def writelines(self, lines: Any) -> None:
@@ -61,11 +74,11 @@ class MaskingFilter(logging.Filter):
                 message = hide_logged_data(message)
             else:
                 MASKER.add(found)
-        record.msg, record.args = MASKER(message), None
+        record.msg, record.args = hide(MASKER, message), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = MASKER(record.exc_text)
+            record.exc_text = hide(MASKER, record.exc_text)
         return True
 
 
@@ -85,6 +98,7 @@ def install(config: Mapping[str, Any], overrides: Mapping[str, Any] | None = Non
     and make sure stdout and stderr mask them. Safe to call more than once."""
     merged = {**dict(config), **{k: v for k, v in (overrides or {}).items() if v is not None}}
     MASKER.add(config_secrets(merged, os.environ))
+    NAMES.update(config_secret_names(merged))
     install_logging()
     if not isinstance(sys.stdout, MaskingStream):
         sys.stdout = MaskingStream(sys.stdout, MASKER)  # type: ignore[assignment]

@@ -21,7 +21,7 @@ from kimi_ops.redact import Masker
 from kimi_ops.shell import quote as q
 
 from ..host import Host
-from ..masking import MASKER
+from ..masking import MASKER, hide
 from .common import Sleep, _resource, _run_dir
 from .upload import sync_files
 
@@ -39,11 +39,13 @@ def read_log(
     lines: int,
     *,
     step: str = "logs",
-    mask: Callable[[str], str] = MASKER,
+    mask: Callable[[str], str] | None = None,
 ) -> str:
     """The last ``lines`` lines of the current log, each cut to ``kimi.log_line_limit``
     characters (the host sends at most that many bytes of a line: ``cut -b``). Secrets are
-    masked BEFORE the cut: cut first, a secret across the cut would show its first part."""
+    masked BEFORE the cut: cut first, a secret across the cut would show its first part. By
+    default the known values and every credential shape or secret name's value
+    (:func:`tasks.masking.hide`), whether or not fab's environment holds the secret."""
     path = f"{_run_dir(p)}/{CURRENT_LOG}"
     out = h.run(
         f"test -e {q(path)} && tail -n {int(lines)} {q(path)} "
@@ -60,7 +62,8 @@ def read_log(
             stderr=out.stderr,
             hint=NO_LOG_HINT,
         )
-    return logview.cap_lines(mask(out.stdout), p.log_line_limit)
+    shown = mask(out.stdout) if mask is not None else hide(MASKER, out.stdout)
+    return logview.cap_lines(shown, p.log_line_limit)
 
 
 def follow_log(
