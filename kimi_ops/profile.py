@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from .defaults import DEFAULTS, STANDIN_DEFAULTS
 from .errors import ProfileError
+from .extra_args import check_extra_args, sets_max_model_len
 from .procs import norm_dir
 from .redact import (
     MASK,
@@ -57,73 +58,6 @@ RESERVED_ENV = frozenset(
     }
 )
 _CC = re.compile(r"^\d+\.\d+$")
-
-#: vLLM flags the profile itself sets on the server's command line: flag -> the profile key to
-#: use instead. Given again in ``extra_args`` they would make the server listen elsewhere, serve
-#: another name or demand a key verify does not know (vLLM's last flag wins), so they are refused.
-PROFILE_FLAGS: dict[str, str] = {
-    "--model": "model",
-    "--served-model-name": "served_model_name",
-    "--host": "host",
-    "--port": "port",
-    "--tensor-parallel-size": "tensor_parallel_size",
-    "-tp": "tensor_parallel_size",
-    "--trust-remote-code": "trust_remote_code",
-    "--no-trust-remote-code": "trust_remote_code",
-    "--api-key": "api_key (or api_key_env)",
-    "--tool-call-parser": "tool_call_parser",
-    "--reasoning-parser": "reasoning_parser",
-}
-
-
-#: vLLM flags whose value is a secret the profile passes another way: flag -> the ``kimi.env``
-#: variable to set instead. On the command line the value would be in ``ps`` for the server's
-#: whole life, in launch.sh and in every diff of it; ``kimi.env`` secret-named values reach the
-#: server only through the 0600 env file. (``--api-key`` is in :data:`PROFILE_FLAGS`.)
-SECRET_ENV_FLAGS: dict[str, str] = {
-    "--hf-token": "HF_TOKEN",
-}
-
-
-def _flag_name(arg: str) -> str:
-    """``arg``'s flag name as vLLM reads it (before ``=``, underscores as dashes)."""
-    name = arg.split("=", 1)[0]
-    if name.startswith("--"):
-        name = "--" + name[2:].replace("_", "-")
-    return name
-
-
-def profile_flag(arg: str) -> str | None:
-    """The :data:`PROFILE_FLAGS` flag ``arg`` spells (``--port``, ``--port=8001``,
-    ``--served_model_name x``: vLLM reads underscores as dashes), or None."""
-    if not arg.startswith("-"):
-        return None
-    name = _flag_name(arg)
-    return name if name in PROFILE_FLAGS else None
-
-
-def _extra_args(value: Any) -> tuple[str, ...]:
-    args = _str_list("extra_args", value)
-    for i, arg in enumerate(args):
-        name = _flag_name(arg) if arg.startswith("--") else ""
-        if name in SECRET_ENV_FLAGS:
-            var = SECRET_ENV_FLAGS[name]
-            raise ProfileError(
-                f"extra_args[{i}]",
-                f"{name} would put a secret on the server's command line (ps) and in "
-                f"launch.sh: set kimi.env.{var} instead",  # never the value
-                hint=f"remove {name} and its value from extra_args and set kimi.env.{var}: "
-                "it reaches the server only through the 0600 env file",
-            )
-        flag = profile_flag(arg)
-        if flag is not None:
-            key = PROFILE_FLAGS[flag]
-            raise ProfileError(
-                f"extra_args[{i}]",
-                f"{flag} is set by the profile: use kimi.{key} instead",  # never the value
-                hint=f"remove {flag} from extra_args and set kimi.{key.split()[0]}",
-            )
-    return args
 
 
 @dataclass(frozen=True)
@@ -440,8 +374,7 @@ def _max_model_len(value: Any, extra_args: Any) -> int | str | None:
         return None
     if value != "auto" and (not _is_int(value) or value < 1):
         raise ProfileError("max_model_len", f"must be a positive integer or auto, got {value!r}")
-    args = extra_args if isinstance(extra_args, (list, tuple)) else []
-    if any(str(a) == "--max-model-len" or str(a).startswith("--max-model-len=") for a in args):
+    if sets_max_model_len(extra_args):
         raise ProfileError(
             "max_model_len",
             "conflicts with --max-model-len in extra_args",
@@ -534,7 +467,7 @@ def load_profile(
         reasoning_parser=_str("reasoning_parser", data["reasoning_parser"], optional=True),
         trust_remote_code=_bool("trust_remote_code", data["trust_remote_code"]),
         env=_env("env", data["env"]),
-        extra_args=_extra_args(data["extra_args"]),
+        extra_args=check_extra_args(_str_list("extra_args", data["extra_args"])),
         run_dir=norm_dir(_str("run_dir", data["run_dir"]) or ""),
         keep_logs=keep_logs,
         startup_timeout=_num("startup_timeout", data["startup_timeout"]),
@@ -597,3 +530,4 @@ def secret_env_values(profile: Profile, environ: Mapping[str, str]) -> dict[str,
         if value:
             out[name] = value
     return out
+

@@ -65,14 +65,14 @@ def build_parser(ver: tuple[int, int, int], entrypoint: str) -> argparse.Argumen
             prog="vllm serve",
             usage="vllm serve [model_tag] [options]",
             description="Launch a local OpenAI-compatible API server to serve LLM completions.",
-            allow_abbrev=False,
+            allow_abbrev=True,  # as vLLM: --por 9999 is --port 9999
         )
         p.add_argument("model_tag", nargs="?", default=None)
     else:
         p = VllmArgumentParser(
             prog="api_server.py",
             description="vLLM OpenAI-Compatible RESTful API server.",
-            allow_abbrev=False,
+            allow_abbrev=True,  # as vLLM: --por 9999 is --port 9999
         )
     a = p.add_argument
 
