@@ -531,3 +531,9 @@ def secret_env_values(profile: Profile, environ: Mapping[str, str]) -> dict[str,
             out[name] = value
     return out
 
+
+def unset_secret_env(profile: Profile, environ: Mapping[str, str]) -> list[str]:
+    """The ``secret_env`` names not set (or empty) in the local environment ``environ``: the
+    server would get none of them. Never dropped silently: deploy fails when the host's env
+    file holds one (the running server got it), and says so otherwise."""
+    return [name for name in profile.secret_env if not environ.get(name)]

@@ -275,6 +275,7 @@ def upload_script(s: Session) -> None:
     """Render the launch script from the profile and the plan; upload it (atomic, checked)."""
     h, p = s.host, s.profile
     plan = steps.preflight(h, p).plan
+    note_unset_secret_env(s)
     s.report(steps.upload_script(h, p, plan=plan, secrets_env=s.secrets))
 
 
@@ -326,6 +327,7 @@ def run_deploy(s: Session, *, restart: bool = False) -> None:
     pre = steps.preflight(h, p)
     s.report(pre.result)
     plan = pre.plan
+    note_unset_secret_env(s, step="deploy")
     files = steps.upload_files(p, plan=plan, secrets_env=s.secrets)
     # A dry run takes the same decision: the shortcut only reads (no mutating command).
     unchanged = None if restart else steps.running_unchanged(h, p, files)
@@ -357,6 +359,14 @@ def run_deploy(s: Session, *, restart: bool = False) -> None:
     launch_id = launched.data.get("launch_id")
     s.report(steps.verify(h, p, s.reporter, expect_launch_id=launch_id))
     s.reporter.recap()
+
+
+def note_unset_secret_env(s: Session, *, step: str = "upload-script") -> None:
+    """A secret_env name unset here: fail before anything changes if the host's server has it,
+    else say that the server gets none (never a silent change)."""
+    note = steps.check_secret_env(s.host, s.profile, os.environ, step=step)
+    if note is not None:
+        s.reporter.info(note)
 
 
 def with_now(s: Session, res: StepResult) -> StepResult:

@@ -344,6 +344,9 @@ def deploy(run: ClusterRun) -> None:
     head = run.head
     pre = steps.preflight(head.host, run.profile)
     run.report(pre.result)
+    note = steps.check_secret_env(head.host, run.profile, os.environ, step="deploy")
+    if note is not None:
+        run.reporter.info(note)
     stop(run, "kill-stale")
     for n in run.nodes:
         gpus = n.node.num_gpus if n.node.num_gpus is not None else facts[n.node].gpus

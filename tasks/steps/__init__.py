@@ -28,6 +28,7 @@ from .poll import verify
 from .processes import clean_shm, kill_stale, listing, owned
 from .start import launch, new_launch_id
 from .upload import (
+    check_secret_env,
     ensure_standin,
     env_file_text,
     running_unchanged,
@@ -38,6 +39,7 @@ from .upload import (
 
 __all__ = [
     "Clock",
+    "check_secret_env",
     "NO_LOG_HINT",
     "PreflightOutcome",
     "Sleep",

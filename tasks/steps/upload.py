@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from kimi_ops import kvpatch, procs
@@ -22,7 +22,7 @@ from kimi_ops.errors import StepFailed
 from kimi_ops.preflight import (
     Plan,
 )
-from kimi_ops.profile import Profile
+from kimi_ops.profile import Profile, unset_secret_env
 from kimi_ops.redact import mask_unknown_secrets
 from kimi_ops.result import StepResult, changed, ok, skipped
 from kimi_ops.shell import file_quote
@@ -132,6 +132,43 @@ def sync_files(
         diff = kvpatch.unified_diff(old_script, new_script, f"{r}/{LAUNCH_SCRIPT}")
     h.put_files([(files[n][0], f"{r}/{n}", files[n][1]) for n in todo], step=step)
     return Synced(todo + changed_names, diff, [n for n in files if n not in current])
+
+
+def check_secret_env(
+    h: Host, p: Profile, environ: Mapping[str, str], *, step: str = "upload-script"
+) -> str | None:
+    """Before anything changes: a ``secret_env`` name that is not set here must not silently
+    drop the secret the host's server got. StepFailed when the host's env file exports it (the
+    new env file would lose it); else a line that says the server gets none (the default
+    ``secret_env: [HF_TOKEN]`` is optional: a public model needs no token), or None when every
+    name is set. Reads the names in the env file, never its values."""
+    missing = unset_secret_env(p, environ)
+    if not missing:
+        return None
+    path = f"{_run_dir(p)}/{ENV_FILE}"
+    out = h.run(
+        rf"sed -n 's/^export \([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' {q(path)} 2>/dev/null; true",
+        step=step,
+        check=False,
+        mutating=False,
+    )
+    held = set(out.stdout.split())
+    dropped = [n for n in missing if n in held]
+    if dropped:
+        names = ", ".join(dropped)
+        raise StepFailed(
+            step,
+            f"secret_env {names} is not set in this shell, but the host's {path} holds it: "
+            "this deploy would drop it from the server; nothing was changed",
+            command=out.command,
+            hint=" ; ".join(f"export {n}=... before running fab" for n in dropped)
+            + f", or remove {names} from kimi.secret_env to deploy without it",
+        )
+    names = ", ".join(missing)
+    return (
+        f"note: secret_env {names} is not set in this shell: the server gets no {names} "
+        f"(export it before running fab if the model needs it)"
+    )
 
 
 def ensure_standin(h: Host, p: Profile, *, step: str) -> None:
