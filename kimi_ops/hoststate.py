@@ -67,15 +67,18 @@ class StopMarker:
     detail: str
 
 
-def stop_marker_command(run_dir: str, detail: str) -> str:
+def stop_marker_command(run_dir: str, detail: str, server_pid: int | None = None) -> str:
     """Record that the current launch is being ended on purpose, BEFORE it is signalled (so
     nobody watching sees it die unexplained), and only while its server lives (a server that
-    already crashed stays crashed). Atomic: a temp file, then a rename."""
+    already crashed stays crashed). Atomic: a temp file, then a rename. ``server_pid``: the
+    current launch's server when the pidfile names none (found by its launch id)."""
     r = q(run_dir.rstrip("/") or "/")
+    fallback = f'[ -n "$pid" ] || pid={int(server_pid)}; ' if server_pid is not None else ""
     return (
         f"id=$(cat {r}/{LAUNCH_ID_FILE} 2>/dev/null || true); "
         f"pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); "
-        'if [ -n "$id" ] && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
+        + fallback
+        + 'if [ -n "$id" ] && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
         f"printf 'launch_id=%s %s\\n' \"$id\" {q(detail)} > {r}/{STOP_MARKER}.tmp && "
         f"mv -f {r}/{STOP_MARKER}.tmp {r}/{STOP_MARKER}; fi"
     )
@@ -142,6 +145,9 @@ class StateFacts:
     #: Seconds since the log last grew (None: unknown), and the limit for a loading server.
     log_silent_for: float | None = None
     stall_timeout: float | None = None
+    #: The pidfile named no PID and the server was found by its launch id: what was done
+    #: (:meth:`kimi_ops.liveserver.Adopted.note`); "" when the pidfile named it.
+    pidfile_note: str = ""
 
 
 def classify(f: StateFacts) -> HostState:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from kimi_ops import facts as facts_mod
-from kimi_ops import hoststate, procs
+from kimi_ops import hoststate, liveserver, procs
 from kimi_ops import script as launch_script
 from kimi_ops import verify as vfy
 from kimi_ops.cpu import STATUS_MEMORY_COMMAND, memory_status, memory_status_line
@@ -31,7 +31,7 @@ from kimi_ops.shell import quote as q
 from .host import Host
 from .steps import _probe_command
 from .steps.common import read_listing
-from .steps.processes import pidfile_process
+from .steps.processes import adopt_server, pidfile_process, restore_pidfile
 
 #: Bytes of the current log status reads for the diagnosis.
 LOG_TAIL_BYTES = 262144
@@ -47,12 +47,19 @@ def mark_stopping(h: Host, p: Profile, *, step: str) -> None:
     (another process under it now) does not turn a crash into a stop."""
     if h.dry:
         return
-    if not pidfile_process(h, p, step).server_alive(_run_dir(p)):
+    server: int | None = None
+    found = pidfile_process(h, p, step)
+    if found.pid is None:  # no pidfile: the current launch's server, found by its launch id
+        adopted = adopt_server(h, p, step)
+        if adopted is None:
+            return
+        server = adopted.proc.pid
+    elif not found.server_alive(_run_dir(p)):
         return
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     who = f"{getpass.getuser()}@{socket.gethostname()}"
     detail = f"by={who} pid={os.getpid()} step={step} at={at}"
-    h.run(hoststate.stop_marker_command(_run_dir(p), detail), step=step, check=False)
+    h.run(hoststate.stop_marker_command(_run_dir(p), detail, server), step=step, check=False)
 
 
 def deployment_orphans(
@@ -102,9 +109,20 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
     info = launch_script.parse_key_values(head)
     # The pidfile's server by its exact argv, and only if the PID was not reused since.
     pidfile = procs.parse_pidfile_process(info)
+    launch_id = info.get("launch_id", "").strip() or None
+    listing = read_listing(ps_text, step=step, command=out.command)
+    note = ""
+    if pidfile.pid is None and launch_id:
+        # No PID in the pidfile (moved, deleted, unreadable): the current launch's server is
+        # still known by its launch id; put the pidfile back when that is safe.
+        server = liveserver.current_server(listing, r, launch_id)
+        if server is not None:
+            adopted = restore_pidfile(h, p, server, launch_id, step)
+            pidfile = liveserver.as_pidfile_process(server)
+            info["etime"] = adopted.etime or "?"
+            note = adopted.note(r)
     alive = pidfile.server_alive(r)
     pid = pidfile.pid
-    launch_id = info.get("launch_id", "").strip() or None
     facts = StateFacts(
         launch_id=launch_id,
         pid=pid,
@@ -115,7 +133,7 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
         stop=hoststate.parse_stop_marker(info.get("stop", "")),
         orphans=tuple(
             deployment_orphans(
-                read_listing(ps_text, step=step, command=out.command),
+                listing,
                 p,
                 pidfile.owner_pid(r),
                 launch_id,
@@ -125,6 +143,7 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
         stopped=alive and pidfile.stopped,
         log_silent_for=_seconds(info.get("log_age")),
         stall_timeout=p.stall_timeout,
+        pidfile_note=note,
     )
     return facts, info
 
@@ -164,6 +183,8 @@ def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, Ho
         lines.append("GPU memory used/total MiB: " + info["gpu"].rstrip(";"))
     elif line := memory_status_line(memory):
         lines.append(line)  # a CPU host (no nvidia-smi): the server's RSS and host memory
+    if facts.pidfile_note:
+        lines.append(facts.pidfile_note)
     if facts.alive and facts.orphans:
         pids = ", ".join(str(x) for x in facts.orphans)
         lines.append(f"orphans of an earlier launch: {pids} (`fab kill-stale` ends them)")

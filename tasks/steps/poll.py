@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import time
+from dataclasses import replace
 
+from kimi_ops import liveserver
 from kimi_ops import verify as vfy
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, failed, ok
@@ -11,6 +14,32 @@ from kimi_ops.result import StepResult, failed, ok
 from ..host import Host
 from ..report import Reporter
 from .common import Clock, Sleep, _probe_command, _run_dir
+from .processes import adopt_server
+
+
+def _poll(
+    h: Host,
+    p: Profile,
+    step: str,
+    offset: int,
+    decoder: codecs.IncrementalDecoder | None,
+    *,
+    mutating: bool = False,
+) -> tuple[vfy.PollFacts, liveserver.Adopted | None]:
+    """One poll. When the pidfile names no PID but ``launch.id`` names a launch, the server is
+    looked for by that launch id (:func:`adopt_server`, which puts the pidfile back when safe):
+    a moved pidfile does not make a live server "exited"."""
+    r = _run_dir(p)
+    out = h.run(vfy.poll_command(r, offset), step=step, mutating=mutating)
+    facts = vfy.parse_poll(out.stdout, decoder, r)
+    if facts.alive or facts.pid is not None or not facts.launch_id:
+        return facts, None
+    adopted = adopt_server(h, p, step)
+    if adopted is None or adopted.launch_id != facts.launch_id:
+        return facts, None
+    server = liveserver.as_pidfile_process(adopted.proc)
+    alive = server.server_alive(r)
+    return replace(facts, pid=server.pid, alive=alive, stopped=alive and server.stopped), adopted
 
 
 def verify(
@@ -39,9 +68,11 @@ def verify(
     start = clock()
     probe = _probe_command(p)
     decoder = vfy.log_decoder()
+    notes: dict[int, str] = {}  # a server found by its launch id: what was done, once per PID
     while True:
-        out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=False)
-        facts = vfy.parse_poll(out.stdout, decoder, r)
+        facts, adopted = _poll(h, p, step, state.offset, decoder)
+        if adopted is not None:
+            notes.setdefault(adopted.proc.pid, adopted.note(r))
         if facts.log_exists and facts.log_size < state.offset:  # a new log: nothing pending
             decoder = vfy.log_decoder()
         verdict = state.feed_poll(facts, clock() - start)
@@ -54,8 +85,7 @@ def verify(
                 # and (run through the lock guard, as mutating commands are) that this run
                 # still holds the deployment lock: a run that lost it never reports ready.
                 # (A dry run prints mutating commands instead of running them: not this read.)
-                out = h.run(vfy.poll_command(r, state.offset), step=step, mutating=not h.dry)
-                facts = vfy.parse_poll(out.stdout, run_dir=r)
+                facts, _ = _poll(h, p, step, state.offset, None, mutating=not h.dry)
                 recheck = state.feed_poll(facts, clock() - start)
                 if recheck.done:  # replaced, stopped or gone meanwhile
                     verdict = recheck
@@ -79,9 +109,13 @@ def verify(
             step,
             verdict.message,
             data=data,
-            lines=(f"PID {facts.pid}, {p.served_model_name} on port {p.port}", verdict.note),
+            lines=(
+                f"PID {facts.pid}, {p.served_model_name} on port {p.port}",
+                verdict.note,
+                *notes.values(),
+            ),
         )
-    lines = [f"label: {diag.label}"]
+    lines = [*notes.values(), f"label: {diag.label}"]
     lines += [f"evidence: {e}" for e in diag.evidence[:3]]
     lines.append("last log lines:")
     lines += [f"  {ln}" for ln in state.diagnoser.tail[-30:]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kimi_ops import procs, shm
+from kimi_ops import liveserver, procs, shm
 from kimi_ops import script as launch_script
 from kimi_ops.defaults import (
     LAUNCH_ID_FILE,
@@ -24,6 +24,14 @@ def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, 
     The PID is None when it was reused: the process under it now is not the one the pidfile
     was written for (:meth:`kimi_ops.procs.PidfileProcess.owner_pid`), so nothing is taken
     as ours for being that PID."""
+    found, pidfile_proc, launch_id = listing_facts(h, p, step)
+    return found, pidfile_proc.owner_pid(_run_dir(p)), launch_id
+
+
+def listing_facts(
+    h: Host, p: Profile, step: str
+) -> tuple[procs.Listing, procs.PidfileProcess, str | None]:
+    """:func:`listing`, with the pidfile's process as it was read (its PID even if reused)."""
     r = _run_dir(p)
     pidfile = q(r + "/" + PIDFILE)
     out = h.run(
@@ -42,7 +50,33 @@ def listing(h: Host, p: Profile, step: str) -> tuple[procs.Listing, int | None, 
     launch_id = head.get("launch_id", "").strip() or None
     pidfile_proc = procs.parse_pidfile_process(head, pid_key="pidfile")
     found = read_listing(out.stdout, step=step, command=out.command)
-    return found, pidfile_proc.owner_pid(r), launch_id
+    return found, pidfile_proc, launch_id
+
+
+def restore_pidfile(
+    h: Host, p: Profile, proc: procs.Proc, launch_id: str, step: str
+) -> liveserver.Adopted:
+    """Put ``proc`` (the current launch's server, found by its launch id) back in the missing
+    pidfile when that is safe (:func:`kimi_ops.liveserver.restore_pidfile_command`); a dry run
+    only prints the command."""
+    out = h.run(
+        liveserver.restore_pidfile_command(_run_dir(p), proc.pid, launch_id),
+        step=step,
+        check=False,
+    )
+    values = launch_script.parse_key_values(out.stdout)
+    return liveserver.parse_restore(values, proc, launch_id, dry=h.dry)
+
+
+def adopt_server(h: Host, p: Profile, step: str) -> liveserver.Adopted | None:
+    """When the pidfile names no PID (missing or unreadable): the current launch's server,
+    found in the listing by ``launch.id`` (:func:`kimi_ops.liveserver.current_server`), with its
+    pidfile restored when safe. None when the pidfile names a PID or no such server lives."""
+    found, pidfile_proc, launch_id = listing_facts(h, p, step)
+    if pidfile_proc.pid is not None or not launch_id:
+        return None
+    proc = liveserver.current_server(found, _run_dir(p), launch_id)
+    return None if proc is None else restore_pidfile(h, p, proc, launch_id, step)
 
 
 def pidfile_process(h: Host, p: Profile, step: str) -> procs.PidfileProcess:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from kimi_ops import kvpatch, procs
+from kimi_ops import kvpatch, liveserver, procs
 from kimi_ops import script as launch_script
 from kimi_ops import verify as vfy
 from kimi_ops.defaults import (
@@ -30,6 +30,7 @@ from kimi_ops.shell import quote as q
 
 from ..host import Host
 from .common import _probe_command, _resource, _run_dir
+from .processes import adopt_server
 
 
 def env_file_text(values: dict[str, str]) -> str:
@@ -217,12 +218,18 @@ def running_unchanged(
     h: Host, p: Profile, files: dict[str, tuple[bytes, int]], *, step: str = "deploy"
 ) -> StepResult | None:
     """If the server that runs now was launched from exactly ``files`` and answers a chat
-    completion, an ok result saying nothing needs to change; otherwise None."""
+    completion, an ok result saying nothing needs to change; otherwise None. A pidfile that
+    names no PID does not hide the server: it is found by its launch id (and the pidfile put
+    back when safe: :func:`adopt_server`)."""
     r = _run_dir(p)
     state = launch_script.parse_key_values(
         h.run(launch_script.running_state_command(r), step=step, mutating=False).stdout
     )
     server = procs.parse_pidfile_process(state)
+    notes: tuple[str, ...] = ()
+    adopted = adopt_server(h, p, step) if server.pid is None else None
+    if adopted is not None and adopted.launch_id == state.get("launch_id", "").strip():
+        server, notes = liveserver.as_pidfile_process(adopted.proc), (adopted.note(r),)
     if not server.server_alive(r):
         return None
     expected = launch_script.deployment_digest({n: d for n, (d, _) in files.items()})
@@ -234,8 +241,8 @@ def running_unchanged(
         return None  # another process answering on the port is not this server serving
     return ok(
         step,
-        f"server PID {state.get('pid')} (launch {state.get('launch_id')}) already runs this exact "
+        f"server PID {server.pid} (launch {state.get('launch_id')}) already runs this exact "
         "profile and answers: nothing changed (--restart forces a new launch)",
-        lines=(port.message,),
+        lines=(*notes, port.message),
         data={"pid": server.pid, "unchanged": True, "port": port.message},
     )
