@@ -8,12 +8,16 @@ both before it ``exec``\\ s the server under ``setsid``), so the current launch'
 found in the process listing by the launch id in ``launch.id`` (:func:`current_server`), and the
 pidfile put back when that is safe (:func:`restore_pidfile_command`).
 
+The same facts say whether ``fab launch`` may start a server at all: not while one of this
+deployment's lives (:func:`live_servers`, :func:`launch_refusal`), since a second copy would
+overwrite ``launch.id``, ``server.pid`` and ``current.log`` of the live one and then die on the
+port the live one holds.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .defaults import LAUNCH_ID_FILE, PIDFILE
@@ -23,6 +27,7 @@ from .procs import (
     Listing,
     PidfileProcess,
     Proc,
+    Selection,
     is_vllm_title,
     norm_dir,
     server_args,
@@ -69,6 +74,25 @@ def as_pidfile_process(p: Proc) -> PidfileProcess:
     """``p`` as the pidfile's process would have been read (:func:`procs.parse_pidfile_process`),
     so the decisions that take a pidfile's process take it unchanged."""
     return PidfileProcess(p.pid, True, p.argv, p.env, state=p.state, unread=p.unread)
+
+
+def live_servers(selection: Selection) -> list[Proc]:
+    """This deployment's live servers in ``selection`` (:func:`procs.owned_processes`): the
+    owned processes that lead their own session, the one each launch's ``setsid`` created (an
+    orphan's leader is gone; a worker or an engine core leads no session)."""
+    return [p for p in selection.targets if p.sid is not None and p.sid == p.pid]
+
+
+def launch_refusal(servers: Sequence[Proc], run_dir: str, port: int) -> str:
+    """Why ``fab launch`` starts nothing while ``servers`` (:func:`live_servers`) live."""
+    named = ", ".join(
+        f"PID {p.pid} (launch {p.launch_id or '?'})" for p in sorted(servers, key=lambda x: x.pid)
+    )
+    return (
+        f"a server of this deployment ({norm_dir(run_dir)}, port {port}) is alive: {named}; "
+        f"a second one would overwrite its {LAUNCH_ID_FILE}, {PIDFILE} and log link and then "
+        "die on its port: nothing was started or written"
+    )
 
 
 #: What :func:`restore_pidfile_command` did, by the word it prints.

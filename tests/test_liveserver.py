@@ -1,5 +1,6 @@
-"""A live server is known without its pidfile (red-team problem 4): the pure decisions, the
-restore command run by bash, and the steps on a scripted host."""
+"""A live server is known without its pidfile, and `fab launch` never starts a second one beside
+it (red-team problems 4 and 6): the pure decisions, the restore command run by bash, and the
+steps on a scripted host."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kimi_ops import hoststate, liveserver
-from kimi_ops.procs import Listing, Proc, format_row
+from kimi_ops.procs import Listing, Proc, format_row, owned_processes
 from kimi_ops.profile import load_profile
 from kimi_ops.result import Status
 from kimi_ops.script import parse_key_values
@@ -79,6 +80,25 @@ def test_as_pidfile_process_is_alive_for_the_decisions_that_read_a_pidfile() -> 
     assert found.pid == 7 and found.server_alive(RUN) and not found.stopped
     stopped = liveserver.as_pidfile_process(Proc(7, 1, 7, SERVER, 7, ENV, "T"))
     assert stopped.stopped
+
+
+def test_live_servers_are_the_session_leaders_of_what_kill_stale_would_end() -> None:
+    sel = owned_processes(_listing(LEADER, ENGINE, TRACKER), RUN, None, "L1", port=8000)
+    assert [p.pid for p in liveserver.live_servers(sel)] == [7]
+    # Orphans of a server that is gone are no live server (launch may start one).
+    orphan = Proc(9, 1, 7, TRACKER.argv, 7, ENV)
+    sel = owned_processes(_listing(orphan), RUN, None, "L1", port=8000)
+    assert sel.pids == [9] and liveserver.live_servers(sel) == []
+    # A stale launch's server (another launch id) is alive too.
+    stale = Proc(7, 1, 7, SERVER, 7, (("KIMI_OPS_RUN_DIR", RUN), ("KIMI_OPS_LAUNCH_ID", "L0")))
+    sel = owned_processes(_listing(stale), RUN, None, "L1", port=8000)
+    assert [p.pid for p in liveserver.live_servers(sel)] == [7]
+
+
+def test_launch_refusal_names_the_server_and_what_it_keeps() -> None:
+    text = liveserver.launch_refusal([LEADER], RUN, 8000)
+    assert "PID 7 (launch L1)" in text and "port 8000" in text
+    assert "launch.id" in text and "server.pid" in text and "nothing was started" in text
 
 
 def test_the_note_says_how_the_server_was_found_and_what_became_of_the_pidfile() -> None:
@@ -166,6 +186,30 @@ def _rows(*procs: Proc, pidfile: str = "") -> str:
 
 LIST = r"for d in /proc/"
 RESTORE = r"server\.pid\.restore"
+
+
+def test_launch_refuses_while_a_server_of_this_deployment_lives_and_writes_nothing() -> None:
+    for pidfile in ("7", ""):  # with its pidfile, and without it (found by its environment)
+        conn = ScriptedConnection()
+        conn.on(LIST, stdout=_rows(LEADER, ENGINE, TRACKER, pidfile=pidfile))
+        res = steps.launch(_host(conn), PROFILE, sleep=lambda s: None)
+        assert res.failed and "PID 7 (launch L1)" in res.message, res
+        assert "fab stop" in res.hint and "fab deploy" in res.hint
+        assert conn.commands == conn.ran(LIST)  # it only read: no launch, no file written
+
+
+def test_launch_starts_when_only_orphans_or_nothing_of_this_deployment_lives() -> None:
+    orphan = Proc(9, 1, 7, TRACKER.argv, 7, ENV)
+    for procs in ((), (orphan,)):
+        conn = ScriptedConnection()
+        conn.on(LIST, stdout=_rows(*procs))
+        conn.on(r"setsid nohup", stdout="pid=4242\n")
+        conn.on(r"stat= -p 4242", stdout="alive=1\nlogfile=1\npidfile=4242\n@@log\n")
+        res = steps.launch(_host(conn), PROFILE, sleep=lambda s: None)
+        assert res.status is Status.CHANGED and res.data["pid"] == 4242, res
+        assert conn.commands.index(conn.ran(LIST)[0]) < conn.commands.index(
+            conn.ran("setsid nohup")[0]
+        )
 
 
 def _gather(pidfile: str) -> Reply:

@@ -6,6 +6,7 @@ import secrets
 import time
 from datetime import datetime, timezone
 
+from kimi_ops import liveserver
 from kimi_ops import script as launch_script
 from kimi_ops.defaults import (
     LAUNCH_SCRIPT,
@@ -17,6 +18,13 @@ from kimi_ops.result import StepResult, changed, failed, skipped
 
 from ..host import Host
 from .common import Sleep, _run_dir
+from .processes import owned
+
+#: What to do instead of launching a second server beside a live one.
+LIVE_SERVER_HINT = (
+    "`fab stop` ends it (then `fab launch` starts a new one); `fab deploy` replaces it, or keeps "
+    "it when it already runs this exact profile (`fab deploy --restart` replaces it anyway)"
+)
 
 
 def new_launch_id() -> str:
@@ -32,8 +40,21 @@ def launch(
     settle: float = 1.0,
     sleep: Sleep = time.sleep,
 ) -> StepResult:
-    """Start the uploaded script detached; confirm the PID is alive and the log exists."""
+    """Start the uploaded script detached; confirm the PID is alive and the log exists.
+
+    Refused, before anything is written, while a server of this deployment lives (found as
+    kill-stale finds its processes: :func:`kimi_ops.liveserver.live_servers`): a second one would
+    overwrite the live one's launch id, pidfile and log link, then die on its port."""
     r = _run_dir(p)
+    selection = owned(h, p, step)
+    servers = liveserver.live_servers(selection)
+    if servers:
+        return failed(
+            step,
+            liveserver.launch_refusal(servers, r, p.port),
+            hint=LIVE_SERVER_HINT,
+            data={"pids": [x.pid for x in servers]},
+        )
     launch_id = new_launch_id()
     log = f"{r}/{LOG_DIR}/{launch_id}.log"
     if h.dry:
