@@ -31,7 +31,7 @@ from kimi_ops.shell import quote as q
 from .host import Host
 from .steps import _probe_command
 from .steps.common import read_listing
-from .steps.processes import adopt_server, pidfile_process, restore_pidfile
+from .steps.processes import adopt_server, pidfile_process, record_shm, restore_pidfile
 
 #: Bytes of the current log status reads for the diagnosis.
 LOG_TAIL_BYTES = 262144
@@ -145,6 +145,8 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
         stall_timeout=p.stall_timeout,
         pidfile_note=note,
     )
+    owned = procs.owned_processes(listing, r, pidfile.owner_pid(r), launch_id, port=p.port)
+    info["owned_pids"] = " ".join(str(x) for x in owned.pids)
     return facts, info
 
 
@@ -169,6 +171,8 @@ def now_line(h: Host, p: Profile, *, step: str) -> str:
 def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, HostState]:
     """Process, PID, uptime, stage, health, GPU memory, and the state (with its exit code)."""
     facts, info = gather(h, p, step=step)
+    # The shm files this deployment's processes use now are its own: recorded for clean-shm.
+    record_shm(h, p, step, pids=[int(x) for x in info.get("owned_pids", "").split()])
     diag = facts.diagnosis
     lines = [f"launch: {facts.launch_id or 'none'}"]
     lines.append(

@@ -336,33 +336,99 @@ def test_local_context_is_the_local_machine(tmp_path) -> None:
 
 SHM_USAGE = (
     "dir=/dev/shm\nnow=1000000\n"
-    "F\t104857600\t999000\t0\t600\t/dev/shm/psm_theirs\n"
-    "F\t32\t999000\t0\t600\t/dev/shm/sem.mp-ours\n"
+    "F\t104857600\t999000\t0\t600\t26\t12\t/dev/shm/psm_theirs\n"
+    "F\t32\t999000\t0\t600\t26\t13\t/dev/shm/sem.mp-ours\n"
+    "F\t4096\t999000\t0\t600\t26\t14\t/dev/shm/psm_held\n"
+    "O\t26\t13\tsem.mp-ours\nO\t26\t14\tpsm_held\n"
     "/proc/777/maps:7f00-7f10 rw-s 00000000 00:1a 12 /dev/shm/psm_theirs\n"
+    "/proc/778/maps:7f00-7f10 rw-s 00000000 00:1a 14 /dev/shm/psm_held\n"
 )
+SHM_CMD = r"^bash -c .*O.t%s.*shm\.owned"
 
 
 def test_clean_shm_removes_unused_files_and_names_the_kept_ones() -> None:
-    conn = ScriptedConnection().on(r"for m in /proc/", stdout=SHM_USAGE)
+    conn = ScriptedConnection().on(SHM_CMD, stdout=SHM_USAGE)
     res = steps.clean_shm(_host(conn), PROFILE)
     assert res.status is Status.CHANGED, res
-    assert "removed 1 stale shm file(s), 32 B freed; kept 1 in use" in res.message
-    assert res.lines == ("kept /dev/shm/psm_theirs: in use by PID 777",)
+    assert (
+        "removed 1 stale shm file(s), 32 B freed; kept 1 in use; left alone 1 not made by this "
+        "deployment" in res.message
+    )
+    assert res.lines[:3] == (
+        "removed /dev/shm/sem.mp-ours",
+        "kept /dev/shm/psm_held: still in use by PID 778",
+        "left alone /dev/shm/psm_theirs: not made by this deployment (never recorded as used "
+        "by its server)",
+    )
     (rm,) = conn.ran(r"^rm -f")
     assert rm == "rm -f -- /dev/shm/sem.mp-ours"
+    # the record forgets the removed file, keeps the one in use
+    (forget,) = conn.ran(r"shm\.owned\.tmp")
+    assert "psm_held" in forget and "sem.mp-ours" not in forget
+
+
+def test_clean_shm_leaves_alone_every_file_this_deployment_did_not_record() -> None:
+    """Red team 2026-12-06: a hand-made psm_rtorphan in shm_dir, unused and old, was removed."""
+    usage = (
+        "dir=/dev/shm\nnow=1000000\n"
+        "F\t4096\t900000\t0\t600\t26\t20\t/dev/shm/psm_rtorphan\n"
+        "F\t4096\t900000\t0\t600\t26\t21\t/dev/shm/psm_rtapp_keep\n"
+    )
+    conn = ScriptedConnection().on(SHM_CMD, stdout=usage)
+    res = steps.clean_shm(_host(conn), PROFILE)
+    assert res.status is Status.OK, res
+    assert "left alone 2 not made by this deployment" in res.message
+    assert any("left alone /dev/shm/psm_rtorphan: not made by" in ln for ln in res.lines)
+    assert any("crashed before" in ln for ln in res.lines)  # what was left, and why
+    assert not conn.ran(r"^rm ")
+    dry = steps.clean_shm(Host(conn, PROFILE, dry=True), PROFILE)  # type: ignore[arg-type]
+    assert dry.status is Status.OK and "left alone 2" in dry.message
+
+
+def test_clean_shm_on_a_missing_shm_dir_says_it_skipped() -> None:
+    """Red team 2026-12-06: shm_dir /tmp/rt/nonexist-shm read "ok: no stale shared memory"."""
+    profile = load_profile({"run_dir": "/srv/kimi", "shm_dir": "/tmp/rt/nonexist-shm"})
+    conn = ScriptedConnection().on(SHM_CMD, stdout="nodir\n")
+    res = steps.clean_shm(_host(conn, profile), profile)
+    assert res.status is Status.SKIPPED, res
+    assert "/tmp/rt/nonexist-shm does not exist" in res.message
+    assert not conn.ran(r"^rm ")
 
 
 def test_clean_shm_fails_when_unreadable_maps_leave_nothing_decidable() -> None:
-    usage = SHM_USAGE.replace("/proc/777/maps:", "/proc/777/nomaps:") + "U 4242 0\n"
-    conn = ScriptedConnection().on(r"for m in /proc/", stdout=usage)
+    usage = SHM_USAGE.replace("/maps:", "/nomaps:") + "U 4242 0\n"
+    conn = ScriptedConnection().on(SHM_CMD, stdout=usage)
     res = steps.clean_shm(_host(conn), PROFILE)
     assert res.status is Status.FAILED and "cannot tell whether 2 shm file(s)" in res.message
     assert "run it as root" in res.hint
-    assert all("possibly in use: the maps of PID 4242" in ln for ln in res.lines)
+    kept = [ln for ln in res.lines if ln.startswith("kept ")]
+    assert len(kept) == 2 and all("possibly in use: the maps of PID 4242" in ln for ln in kept)
     assert not conn.ran(r"^rm ")
     # deploy's clean-shm (refuse_fails=False) reports the same and goes on.
     res2 = steps.clean_shm(_host(conn), PROFILE, refuse_fails=False)
     assert res2.status is Status.OK and "kept 2" in res2.message
+
+
+def test_kill_stale_records_the_shm_files_of_what_it_ends_before_it_signals() -> None:
+    """A server's files are this deployment's: recorded before kill-stale ends it, so
+    clean-shm removes them afterwards (and nothing the server did not use)."""
+    held = (
+        "dir=/dev/shm\nnow=1000000\n"
+        "F\t4096\t999000\t0\t600\t26\t30\t/dev/shm/psm_srv\n"
+        "O\t26\t31\tpsm_old\n"
+        "/proc/101/maps:7f00-7f10 rw-s 00000000 00:1a 30 /dev/shm/psm_srv\n"
+    )
+    conn = ScriptedConnection()
+    conn.on(LIST_CMD, Reply(LISTING), Reply(GONE))
+    conn.on(r"set -- /proc/100 /proc/101;", stdout=held)
+    conn.on(r"kill -TERM", stdout="sent 100\nsent 101\n")
+    clock = FakeClock()
+    res = steps.kill_stale(_host(conn), PROFILE, sleep=clock.sleep, clock=clock)
+    assert res.status is Status.CHANGED, res
+    order = [c for c in conn.commands if re.search(r"set -- /proc/|>> |kill -TERM", c)]
+    assert "set -- /proc/100 /proc/101;" in order[0]
+    assert order[1] == "printf '%s\\t%s\\t%s\\n' 26 30 psm_srv >> /srv/kimi/shm.owned"
+    assert "kill -TERM" in order[2]
 
 
 def test_a_long_tool_message_keeps_its_reason_in_a_report() -> None:

@@ -25,7 +25,7 @@ from .logs import (
     stream_diagnose_host_log,
 )
 from .poll import verify
-from .processes import clean_shm, kill_stale, listing, owned
+from .processes import clean_shm, kill_stale, listing, owned, record_shm
 from .start import launch, new_launch_id
 from .upload import (
     check_secret_env,
@@ -55,6 +55,7 @@ __all__ = [
     "listing",
     "new_launch_id",
     "owned",
+    "record_shm",
     "patch_kv_config",
     "preflight",
     "read_log",

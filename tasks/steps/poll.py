@@ -14,7 +14,11 @@ from kimi_ops.result import StepResult, failed, ok
 from ..host import Host
 from ..report import Reporter
 from .common import Clock, Sleep, _probe_command, _run_dir
-from .processes import adopt_server
+from .processes import adopt_server, record_shm
+
+#: Seconds between two records of the shm files a starting server uses (clean-shm removes only
+#: recorded files; a server that crashes later still has its files recorded).
+RECORD_EVERY = 5.0
 
 
 def _poll(
@@ -69,6 +73,7 @@ def verify(
     probe = _probe_command(p)
     decoder = vfy.log_decoder()
     notes: dict[int, str] = {}  # a server found by its launch id: what was done, once per PID
+    recorded_at: float | None = None
     while True:
         facts, adopted = _poll(h, p, step, state.offset, decoder)
         if adopted is not None:
@@ -76,6 +81,14 @@ def verify(
         if facts.log_exists and facts.log_size < state.offset:  # a new log: nothing pending
             decoder = vfy.log_decoder()
         verdict = state.feed_poll(facts, clock() - start)
+        if (
+            facts.alive
+            and facts.pid
+            and (recorded_at is None or clock() - recorded_at >= RECORD_EVERY)
+        ):
+            # the server leads its own session: its members are its tree
+            record_shm(h, p, step, session=facts.pid)
+            recorded_at = clock()
         if verdict.probe_due and not verdict.done:
             res = h.run(probe, step=step, check=False, mutating=False, timeout=90)
             answer, port = vfy.read_probe(res.stdout, res.stderr, facts.pid, p.port, p.host)
@@ -105,6 +118,8 @@ def verify(
     if verdict.note:
         data["port"] = verdict.note
     if verdict.ok:
+        if facts.pid:  # ready: what it uses now (a segment made late in startup too)
+            record_shm(h, p, step, session=facts.pid)
         return ok(
             step,
             verdict.message,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from kimi_ops import liveserver, procs, shm
 from kimi_ops import script as launch_script
@@ -137,6 +138,9 @@ def kill_stale(
             lines=lines,
             data={"pids": selection.pids},
         )
+    # What the processes to be ended use in shm_dir is this deployment's: recorded first, so
+    # clean-shm removes it once they are gone.
+    record_shm(h, p, step, pids=selection.pids)
     term = h.run(procs.signal_command("TERM", selection.pids), step=step)
     sent, _ = procs.parse_signal_output(term.stdout)
     deadline = clock() + p.grace_seconds
@@ -188,6 +192,54 @@ def kill_stale(
 # --- clean-shm --------------------------------------------------------------------------------
 
 
+def owned_file(p: Profile) -> str:
+    """This deployment's record of the shm files its processes were seen using."""
+    return _run_dir(p) + "/" + shm.OWNED_FILE
+
+
+def record_shm(
+    h: Host,
+    p: Profile,
+    step: str,
+    *,
+    pids: Sequence[int] | None = None,
+    session: int | None = None,
+) -> list[shm.Owned]:
+    """Record (in run_dir) the shm files that this deployment's processes use now: ``pids``, or
+    the members of ``session`` (a live server's, which leads its own session). clean-shm removes
+    only recorded files. Nothing in a dry run. Returns the files newly recorded."""
+    if h.dry or (pids is not None and not pids) or (pids is None and session is None):
+        return []
+    record = owned_file(p)
+    command = shm.usage_command(p.shm_dir, owned_file=record, pids=pids, session=session)
+    out = h.run(command, step=step, mutating=False, check=False)
+    new = shm.to_record(shm.parse_usage(out.stdout, p.shm_dir))
+    if new:
+        h.run(shm.record_command(record, new), step=step, check=False)
+    return new
+
+
+def _named(what: str, pairs: Sequence[tuple[shm.ShmFile, str]]) -> list[str]:
+    lines = [f"{what} {f.path}: {why}" for f, why in pairs[: shm.SHOWN]]
+    if len(pairs) > shm.SHOWN:
+        lines.append(f"... and {len(pairs) - shm.SHOWN} more {what}")
+    return lines
+
+
+def _users(usage: shm.ShmUsage, f: shm.ShmFile) -> str:
+    pids = sorted(usage.users.get(f.path, ()))
+    return "; in use by PID " + ", ".join(map(str, pids)) if pids else ""
+
+
+#: Why a file clean-shm leaves alone is not this deployment's, and what to do about it.
+NOT_OURS = "not made by this deployment (never recorded as used by its server)"
+NOT_OURS_NOTE = (
+    "(clean-shm removes only files that verify, status or kill-stale saw this deployment's "
+    "processes use; a server that crashed before any of them ran left its files unrecorded: "
+    "remove such a file by hand once you know it is that server's)"
+)
+
+
 def clean_shm(
     h: Host,
     p: Profile,
@@ -196,29 +248,58 @@ def clean_shm(
     refuse_fails: bool = True,
     after: StepResult | None = None,
 ) -> StepResult:
-    """Remove the psm_* and sem.mp-* files in shm_dir that no live process maps or holds open
-    (and that are older than a few seconds). Files in use (another deployment's live server)
-    are kept and named. ``refuse_fails``: fail when a file had to be kept only because some
-    process's maps could not be read (the `clean-shm` task); deploy passes False. ``after``:
-    the kill-stale that ran before; in a dry run its processes are still alive, and the files
-    only they use are reported as what the real run would remove once they are ended."""
-    out = h.run(shm.usage_command(p.shm_dir), step=step, mutating=False)
+    """Remove the psm_* and sem.mp-* files in shm_dir that this deployment's server made (its
+    record, :data:`kimi_ops.shm.OWNED_FILE`) and that no live process maps or holds open. Files
+    in use are kept and named; files the record does not name are left alone and named.
+    ``refuse_fails``: fail when a file had to be kept only because some process's maps could
+    not be read (the `clean-shm` task); deploy passes False. ``after``: the kill-stale that ran
+    before; in a dry run its processes are still alive, and the files only they use are
+    reported as what the real run would remove once they are ended."""
+    record = owned_file(p)
+    out = h.run(
+        shm.usage_command(p.shm_dir, owned_file=record), step=step, mutating=False, check=False
+    )
     usage = shm.parse_usage(out.stdout, p.shm_dir)
+    if usage.missing:
+        return skipped(
+            step,
+            f"shm_dir {p.shm_dir} does not exist: nothing to clean there "
+            "(vLLM's shared memory is in /dev/shm; check kimi.shm_dir)",
+            data={"missing": True},
+        )
     ending = after.data.get("pids", []) if h.dry and after is not None and after.data else []
     plan = shm.plan_shm_cleanup(usage, ending=ending)
     kept = tuple(f"kept {f.path}: {why}" for f, why in plan.kept)
+    alone = _named("left alone", [(f, NOT_OURS + _users(usage, f)) for f in plan.not_ours])
+    if alone:
+        alone.append(NOT_OURS_NOTE)
+    data = {
+        "count": len(plan.files),
+        "bytes": plan.total_bytes,
+        "kept": [{"path": f.path, "why": why} for f, why in plan.kept],
+        "not_ours": [f.path for f in plan.not_ours],
+    }
+    extra = (f"; kept {len(kept)} in use" if kept else "") + (
+        f"; left alone {len(plan.not_ours)} not made by this deployment" if plan.not_ours else ""
+    )
     if plan.undecided and refuse_fails and not plan.files:
         return failed(
             step,
             f"cannot tell whether {len(plan.undecided)} shm file(s) are in use: "
             "some processes' maps cannot be read; nothing removed",
-            lines=kept,
+            lines=(*kept, *alone),
             hint="run it as root (or as the user of every process on the host)",
+            data=data,
         )
+    if not h.dry and plan.forget and not plan.files:
+        h.run(shm.forget_command(record, usage.owned - set(plan.forget)), step=step, check=False)
     if not plan.files:
-        if kept:
-            return ok(step, f"no stale shared memory in {p.shm_dir}; kept {len(kept)}", lines=kept)
-        return ok(step, f"no stale shared memory in {p.shm_dir}")
+        return ok(
+            step,
+            f"no stale shared memory of this deployment in {p.shm_dir}{extra}",
+            lines=(*kept, *alone),
+            data=data,
+        )
     size = shm.human_bytes(plan.total_bytes)
     if h.dry:
         freed = dict(plan.freed_by_ending)
@@ -230,19 +311,16 @@ def clean_shm(
             shown.append(f.path + why)
         return skipped(
             step,
-            f"dry run: would remove {len(plan.files)} file(s), {size}{later}",
-            lines=(*shown, *kept),
+            f"dry run: would remove {len(plan.files)} file(s), {size}{later}{extra}",
+            lines=(*shown, *kept, *alone),
+            data=data,
         )
     for command in shm.remove_commands(plan.files, p.shm_dir):
         h.run(command, step=step)
-    extra = f"; kept {len(kept)} in use" if kept else ""
+    h.run(shm.forget_command(record, usage.owned - set(plan.forget)), step=step, check=False)
     return changed(
         step,
         f"removed {len(plan.files)} stale shm file(s), {size} freed{extra}",
-        lines=kept,
-        data={
-            "count": len(plan.files),
-            "bytes": plan.total_bytes,
-            "kept": [{"path": f.path, "why": why} for f, why in plan.kept],
-        },
+        lines=(*(f"removed {f.path}" for f in plan.files[: shm.SHOWN]), *kept, *alone),
+        data=data,
     )

@@ -181,14 +181,16 @@ def test_an_unrelated_standin_survives_kill_stale_and_clean_shm_with_its_files(
         assert kill.ok, kill.describe()
         assert pid_alive(theirs), f"the other deployment was killed\n{kill.describe()}"
 
-        # The leak happened a while ago as far as clean-shm's age rule is concerned.
-        old = time.time() - 120
-        for name in _shm_files(dep.shm_dir):
-            os.utime(dep.shm_dir / name, (old, old))
         clean = dep.fab("clean-shm")
         assert clean.ok, clean.describe()
         assert f"removed {len(ours_files)} stale shm file(s)" in clean.output, clean.describe()
-        assert re.search(rf"in use by PID [0-9, ]*\b{theirs}\b", clean.output), clean.describe()
+        # the other deployment's files are not ours (whatever their age), and in use
+        for name in their_files:
+            assert re.search(
+                rf"left alone {dep.shm_dir / name}: not made by this deployment .*; in use by "
+                rf"PID [0-9, ]*\b{theirs}\b",
+                clean.output,
+            ), clean.describe()
         assert _shm_files(dep.shm_dir) == their_files
         assert pid_alive(theirs)
         answer = other.chat()

@@ -119,7 +119,7 @@ def test_c_clean_shm_keeps_files_in_use_and_cleans_after_sigkill(dep: Deployment
     assert deploy.ok, deploy.describe()
     files = _shm_files(dep)
     assert files, "the stand-in should have created shm files"
-    # Old enough for the age rule: only being mapped by the live server keeps them.
+    # Old (there is no age rule any more): only being mapped by the live server keeps them.
     old = time.time() - 120
     for path in files:
         os.utime(path, (old, old))
@@ -135,9 +135,15 @@ def test_c_clean_shm_keeps_files_in_use_and_cleans_after_sigkill(dep: Deployment
         time.sleep(0.1)
     leaked = _shm_files(dep)
     assert leaked == files, "SIGKILL leaves the shm files behind"
+    # Red team 2026-12-06: a file this deployment did not make (made by hand here, unused and
+    # old, like another program's closed-but-kept SharedMemory) was removed with ours.
+    orphan = dep.shm_dir / "psm_rtorphan"
+    orphan.write_bytes(b"\0" * 4096)
+    os.utime(orphan, (old, old))
     clean = dep.fab("clean-shm")
     assert clean.ok and f"removed {len(leaked)} stale shm file(s)" in clean.output, clean.describe()
-    assert _shm_files(dep) == []
+    assert f"left alone {orphan}: not made by this deployment" in clean.output, clean.describe()
+    assert _shm_files(dep) == [orphan]
 
 
 def test_d_port_taken_by_another_listener(dep: Deployment) -> None:
