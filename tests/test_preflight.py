@@ -440,16 +440,51 @@ def test_a_run_dir_that_cannot_hold_the_launch_files_and_a_log_fails_in_its_unit
     assert roomy.status == "warn"
 
 
+def _shm_usage(shm_dir: str = "/dev/shm", held: bool = False) -> str:
+    """What shm.usage_command prints: two 100 MiB psm_* files, held by PID 300 or by none."""
+    text = (
+        f"dir={shm_dir}\nnow=1000000\n"
+        f"F\t104857600\t999000\t0\t600\t26\t12\t{shm_dir}/psm_1a2b3c\n"
+        f"F\t104857600\t999000\t0\t600\t26\t13\t{shm_dir}/psm_4d5e6f\n"
+    )
+    if held:
+        text += (
+            f"/proc/300/maps:7f00-7f10 rw-s 00000000 00:1a 12 {shm_dir}/psm_1a2b3c\n"
+            "I\t/proc/300/fd/5\t26 13\n"
+        )
+    return text
+
+
 def test_stale_psm_segments_warn() -> None:
-    facts = make_facts(shm_files="104857600\tpsm_1a2b3c\n104857600\tpsm_4d5e6f\n")
+    facts = make_facts(shm_files=_shm_usage())
     check = by_name(run_checks(profile(), facts), "shm")
-    assert check.status == "warn" and "2 psm_*" in check.detail
+    assert check.status == "warn" and "2 psm_*/sem.mp-* file(s) (200.0 MiB)" in check.detail
+    assert "no process maps or holds open" in check.detail
+
+
+def test_shm_segments_a_live_process_uses_are_not_called_leaked() -> None:
+    """Red team 2026-12-06: preflight said "probably leaked" of files live processes hold."""
+    facts = make_facts(shm_files=_shm_usage(held=True))
+    check = by_name(run_checks(profile(), facts), "shm")
+    assert check.status == "pass" and "leaked" not in check.detail, check
+    # a process whose maps cannot be read could hold them: not called leaked either
+    blind = make_facts(shm_files=_shm_usage() + "U 4242 0\n")
+    assert by_name(run_checks(profile(), blind), "shm").status == "pass"
+
+
+def test_a_shm_dir_that_does_not_exist_fails_preflight() -> None:
+    """Red team 2026-12-06: shm_dir /tmp/rt/nonexist-shm passed (clean-shm then said "no stale
+    shared memory" of a directory that is not there)."""
+    facts = make_facts(shm_files="nodir\n", df_shm=(1, "df: /tmp/rt/nonexist-shm: No such file"))
+    check = by_name(run_checks(profile(shm_dir="/tmp/rt/nonexist-shm"), facts), "shm")
+    assert check.status == "fail", check
+    assert "/tmp/rt/nonexist-shm does not exist" in check.detail and "/dev/shm" in check.detail
 
 
 def test_the_shm_check_names_the_profiles_shm_dir_and_the_task_that_cleans_it() -> None:
     # (red team, 2026-12-05: it said /dev/shm and `fab kill-stale` for a profile whose shm_dir
     # is elsewhere; kill-stale removes no shm file, clean-shm does)
-    facts = make_facts(shm_files="104857600\tpsm_1a2b3c\n104857600\tpsm_4d5e6f\n")
+    facts = make_facts(shm_files=_shm_usage("/srv/shm"))
     check = by_name(run_checks(profile(shm_dir="/srv/shm"), facts), "shm")
     assert "in /srv/shm" in check.detail and "/dev/shm" not in check.detail
     assert "fab clean-shm" in check.detail and "kill-stale" not in check.detail

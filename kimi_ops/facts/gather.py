@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from .. import cpu as cpu_mod
 from ..defaults import PIDFILE, STANDIN_SCRIPT
 from ..shell import NL_PRELUDE
+from ..shm import usage_command as shm_usage_command
 from .gpu import compute_apps_query_args, gpu_query_args
 from .model import CONFIG_BACKUP, HF_QUANT_BACKUP, model_listing_command
 from .paths import _join, _sh_path, sh_quote
@@ -135,10 +136,7 @@ def gather_command(profile: Profile) -> str:
         ("ss_listen", "ss -Hltnp"),
         ("df_run_dir", nearest),
         ("df_shm", f"df -Pk {sh_quote(profile.shm_dir)}"),
-        (
-            "shm_files",
-            f"find {sh_quote(profile.shm_dir)} -maxdepth 1 -name 'psm_*' -printf '%s\\t%f\\n'",
-        ),
+        ("shm_files", shm_usage_command(profile.shm_dir)),
         ("logind", logind),
         ("pidfile", f"cat {_join(run_dir, shlex.quote(PIDFILE))}"),
         ("nproc", "nproc"),

@@ -11,6 +11,7 @@ from typing import Any
 from packaging.version import Version
 
 from .. import cpu as cpu_mod
+from .. import shm as shm_mod
 from .disk import DiskSpace, parse_df
 from .gather import MARKER
 from .gpu import Gpu, GpuProcess, parse_compute_apps, parse_gpus
@@ -145,7 +146,10 @@ class HostFacts:
     run_dir_probe: str | None = None
     run_dir_disk: DiskSpace | None = None
     shm_disk: DiskSpace | None = None
+    #: The psm_* and sem.mp-* files in shm_dir that no process maps or holds open (name -> size).
     shm_psm_files: dict[str, int] | None = None
+    #: shm_dir does not exist on the host.
+    shm_dir_missing: bool = False
     remove_ipc: bool | None = None
     logind_read: bool = False
     pidfile_pid: int | None = None
@@ -264,7 +268,10 @@ def parse_gathered(text: str) -> HostFacts:
     if (sec := get("df_shm")) is not None and sec.ok:
         facts["shm_disk"] = parse_df(sec.text)
     if (sec := get("shm_files")) is not None and sec.ok:
-        facts["shm_psm_files"] = parse_model_listing(sec.text)
+        where = next((ln[4:] for ln in sec.text.split("\n") if ln.startswith("dir=")), "/")
+        usage = shm_mod.parse_usage(sec.text, where)
+        facts["shm_dir_missing"] = usage.missing
+        facts["shm_psm_files"] = {f.name: f.size for f in shm_mod.unused(usage)}
 
     if (sec := get("logind")) is not None:
         facts["logind_read"] = True

@@ -92,27 +92,37 @@ def _check_disk(profile: Profile, facts: HostFacts, need: int) -> Check:
 
 def _check_shm(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
     where = profile.shm_dir  # (the facts are read there: /dev/shm unless the profile says)
+    if facts.shm_dir_missing:
+        # vLLM's shared memory (shm_broadcast, multiprocessing, NCCL) is always /dev/shm: a
+        # shm_dir that does not exist is a wrong profile, and clean-shm could clean nothing.
+        return Check(
+            "shm",
+            "fail",
+            f"shm_dir {where} does not exist; vLLM's shared memory is in /dev/shm "
+            "(set kimi.shm_dir to the directory the host's /dev/shm is)",
+        )
     disk = facts.shm_disk
     if disk is None:
         return Check("shm", "warn", f"cannot read free space in {where}")
-    psm = facts.shm_psm_files or {}
-    stale = bool(psm) and facts.compute_apps == [] and not own
+    # only files no process maps or holds open (a live program's segments are not leaks)
+    unused = facts.shm_psm_files or {}
+    what = f"{len(unused)} psm_*/sem.mp-* file(s) ({_gib(sum(unused.values()))})"
     if disk.free_bytes < MIN_SHM_FREE_BYTES:
-        extra = f"; {len(psm)} psm_* segments ({_gib(sum(psm.values()))})" if psm else ""
+        extra = f"; {what} no process uses" if unused else ""
         return Check(
             "shm",
             "warn",
             f"only {_gib(disk.free_bytes)} free in {where}{extra}; NCCL and vLLM need "
             "shared memory",
         )
-    if stale:
+    if unused:
         # whose they are the names do not say: vLLM's, or another program's of the same kind
         return Check(
             "shm",
             "warn",
-            f"{len(psm)} psm_* shared-memory segments ({_gib(sum(psm.values()))}) in {where} "
-            "with no GPU process running: probably leaked by a crashed vLLM (fab clean-shm "
-            "removes those that no process maps)",
+            f"{what} in {where} that no process maps or holds open: probably leaked by a "
+            "crashed vLLM, or kept by another program (fab clean-shm removes those this "
+            "deployment's server made)",
         )
     return Check("shm", "pass", f"{_gib(disk.free_bytes)} free in {where}")
 

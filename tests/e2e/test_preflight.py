@@ -96,3 +96,60 @@ def test_stale_server_holding_the_gpus_is_named(sshd: SshdHost, tmp_path: Path) 
     finally:
         old.cleanup()
         new.cleanup()
+
+
+def test_a_shm_dir_that_does_not_exist_fails_preflight_and_clean_shm_says_so(
+    dep: Deployment,
+) -> None:
+    """Red team 2026-12-06: with shm_dir /tmp/rt/nonexist-shm, clean-shm (alone and inside
+    deploy) printed "ok: ... no stale shared memory in ..." for a directory that is not there."""
+    missing = str(dep.root / "nonexist-shm")
+    run = dep.fab("preflight", "--json", shm_dir=missing, standin={"load_seconds": 0.5})
+    fails = _failing(json.loads(run.stdout))
+    assert f"shm_dir {missing} does not exist" in fails.get("shm", ""), run.describe()
+    output = _assert_deploy_changes_nothing(dep, shm_dir=missing)
+    assert "no stale shared memory" not in output
+    clean = dep.fab("clean-shm", shm_dir=missing)
+    assert "skipped: [" in clean.output and f"shm_dir {missing} does not exist" in clean.output
+    assert "no stale shared memory" not in clean.output, clean.describe()
+
+
+HOLDER = """
+import mmap, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 4096)
+os.close(fd)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_preflight_calls_leaked_only_the_shm_files_no_process_holds(dep: Deployment) -> None:
+    """Red team 2026-12-06: preflight warned "psm_* segments ... probably leaked" about files
+    that live processes map."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    held, unused = dep.shm_dir / "psm_heldbyapp", dep.shm_dir / "psm_leakedone"
+    for path in (held, unused):
+        path.write_bytes(b"\0" * 4096)
+        os.utime(path, (time.time() - 600,) * 2)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        checks = {c["name"]: c for c in _preflight(dep)["checks"]}
+        shm = checks["shm"]
+        assert shm["status"] == "warn" and "1 psm_*/sem.mp-* file(s)" in shm["detail"], shm
+        assert "no process maps or holds open" in shm["detail"]
+        holder.kill()
+        holder.wait()
+        unused.unlink()
+        checks = {c["name"]: c for c in _preflight(dep)["checks"]}
+        assert checks["shm"]["status"] == "warn" and "1 psm_*" in checks["shm"]["detail"]
+    finally:
+        holder.kill()
+        holder.wait()
