@@ -358,7 +358,7 @@ def test_clean_shm_removes_unused_files_and_names_the_kept_ones() -> None:
         "removed /dev/shm/sem.mp-ours",
         "kept /dev/shm/psm_held: still in use by PID 778",
         "left alone /dev/shm/psm_theirs: not made by this deployment (never recorded as used "
-        "by its server)",
+        "by its server); in use by PID 777",
     )
     (rm,) = conn.ran(r"^rm -f")
     assert rm == "rm -f -- /dev/shm/sem.mp-ours"
