@@ -326,11 +326,16 @@ def record_command(owned_file: str, entries: Sequence[Owned]) -> str:
     return f"{_printf(entries)} >> {shlex.quote(owned_file)}"
 
 
-def forget_command(owned_file: str, keep: Iterable[Owned]) -> str:
-    """Rewrite the record to hold only ``keep`` (atomically: a temporary file, then mv)."""
+def forget_command(owned_file: str, forget: Iterable[Owned]) -> str:
+    """Drop ``forget`` from the record: only those lines go (a line another run appended
+    meanwhile stays), through a temporary file and mv."""
+    lines = sorted(set(forget))
+    if not lines:
+        return "true"
     f = shlex.quote(owned_file)
     tmp = shlex.quote(owned_file + ".tmp")
-    return f"{_printf(sorted(set(keep)))} > {tmp} && mv -f {tmp} {f}"
+    patterns = " ".join("-e " + shlex.quote(e.line()) for e in lines)
+    return f"{{ grep -vxF {patterns} {f}; true; }} > {tmp} 2>/dev/null && mv -f {tmp} {f}"
 
 
 def unused(usage: ShmUsage) -> list[ShmFile]:

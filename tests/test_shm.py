@@ -261,8 +261,11 @@ def test_the_usage_command_sees_real_mappings_and_open_files(tmp_path: Path) -> 
     if not plan.undecided:
         assert {Path(f.path).name for f in plan.files} == {"psm_mapped", "sem.mp-held"}
         assert set(plan.forget) == set(new)
+    # the record forgets only what it is told to (a line appended meanwhile would stay)
     subprocess.run(["bash", "-c", forget_command(str(record), [new[0]])], check=True)
-    assert record.read_text() == new[0].line() + "\n"
+    assert record.read_text() == new[1].line() + "\n"
+    subprocess.run(["bash", "-c", forget_command(str(record), new)], check=True)
+    assert record.read_text() == ""
 
 
 def test_a_file_mapped_or_held_by_another_path_is_in_use(tmp_path: Path) -> None:

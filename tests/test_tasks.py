@@ -364,7 +364,8 @@ def test_clean_shm_removes_unused_files_and_names_the_kept_ones() -> None:
     assert rm == "rm -f -- /dev/shm/sem.mp-ours"
     # the record forgets the removed file, keeps the one in use
     (forget,) = conn.ran(r"shm\.owned\.tmp")
-    assert "psm_held" in forget and "sem.mp-ours" not in forget
+    assert "grep -vxF -e '26\t13\tsem.mp-ours' /srv/kimi/shm.owned" in forget
+    assert "psm_held" not in forget
 
 
 def test_clean_shm_leaves_alone_every_file_this_deployment_did_not_record() -> None:

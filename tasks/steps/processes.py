@@ -292,7 +292,7 @@ def clean_shm(
             data=data,
         )
     if not h.dry and plan.forget and not plan.files:
-        h.run(shm.forget_command(record, usage.owned - set(plan.forget)), step=step, check=False)
+        h.run(shm.forget_command(record, plan.forget), step=step, check=False)
     if not plan.files:
         return ok(
             step,
@@ -317,7 +317,7 @@ def clean_shm(
         )
     for command in shm.remove_commands(plan.files, p.shm_dir):
         h.run(command, step=step)
-    h.run(shm.forget_command(record, usage.owned - set(plan.forget)), step=step, check=False)
+    h.run(shm.forget_command(record, plan.forget), step=step, check=False)
     return changed(
         step,
         f"removed {len(plan.files)} stale shm file(s), {size} freed{extra}",
