@@ -90,7 +90,7 @@ def _check_disk(profile: Profile, facts: HostFacts, need: int) -> Check:
     return Check("disk", "pass", f"{free} free on {disk.path} (run_dir {where})")
 
 
-def _check_shm(profile: Profile, facts: HostFacts, own: set[int]) -> Check:
+def _check_shm(profile: Profile, facts: HostFacts) -> Check:
     where = profile.shm_dir  # (the facts are read there: /dev/shm unless the profile says)
     if facts.shm_dir_missing:
         # vLLM's shared memory (shm_broadcast, multiprocessing, NCCL) is always /dev/shm: a

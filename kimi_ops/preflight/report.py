@@ -56,6 +56,6 @@ def run_checks(
     checks.append(_check_kv_cache_fit(profile, facts, own))
     checks.append(_check_port(profile, facts, own))
     checks.append(_check_disk(profile, facts, run_dir_need))
-    checks.append(_check_shm(profile, facts, own))
+    checks.append(_check_shm(profile, facts))
     checks.append(_check_remove_ipc(profile, facts))
     return checks
