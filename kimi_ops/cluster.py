@@ -33,6 +33,7 @@ from .procs import (
     read_pidfile_command,
 )
 from .profile import Profile
+from .rundir import absolute_run_dir
 from .shell import quote as q
 
 RAY_DIR = "ray"  # the node's files live in <run_dir>/ray
@@ -159,7 +160,9 @@ def _node(key: str, value: Any, role: str) -> Node:
         socket_ifname=str(ifname) if ifname is not None else None,
         num_gpus=None if gpus is None else _int(f"{key}.num_gpus", gpus, 0, 1024),
         model=None if model is None else _text(f"{key}.model", model),
-        run_dir=None if run_dir is None else _text(f"{key}.run_dir", run_dir),
+        run_dir=None
+        if run_dir is None
+        else absolute_run_dir(f"{key}.run_dir", _text(f"{key}.run_dir", run_dir)),
         temp_dir=None if temp_dir is None else _text(f"{key}.temp_dir", temp_dir),
         ray_args=tuple(_text(f"{key}.ray_args[{i}]", str(a)) for i, a in enumerate(args)),
         key=key,

@@ -774,8 +774,16 @@ class PidfileProcess:
 
     def ended(self, run_dir: str) -> bool:
         """The pidfile names a server that is gone: its PID is not alive, or was reused. Such a
-        pidfile must go (:func:`remove_pidfile_command`), or a later run trusts a reused PID."""
-        return self.pid is not None and (not self.alive or self.foreign(run_dir))
+        pidfile must go (:func:`remove_pidfile_command`), or a later run trusts a reused PID.
+
+        A live process whose environment names another run_dir but that started before the
+        pidfile was written is the pidfile's own server reached through another path (a
+        symlink, a bind mount): not gone, so its pidfile stays."""
+        if self.pid is None or not self.alive:
+            return self.pid is not None
+        if self.run_dir is not None and self.start is not None and self.mtime is not None:
+            return self.foreign(run_dir) and self.started_after_pidfile
+        return self.foreign(run_dir)
 
     def server_alive(self, run_dir: str) -> bool:
         """The pidfile's server lives: the PID is alive, is not a reused PID, and runs a vLLM

@@ -28,6 +28,7 @@ from .redact import (
     with_default_patterns,
 )
 from .router import RouterSettings, parse_router
+from .rundir import absolute_run_dir
 from .sections import merged_section
 
 ENGINES = ("vllm", "standin")
@@ -468,7 +469,7 @@ def load_profile(
         trust_remote_code=_bool("trust_remote_code", data["trust_remote_code"]),
         env=_env("env", data["env"]),
         extra_args=check_extra_args(_str_list("extra_args", data["extra_args"])),
-        run_dir=norm_dir(_str("run_dir", data["run_dir"]) or ""),
+        run_dir=absolute_run_dir("run_dir", _str("run_dir", data["run_dir"]) or ""),
         keep_logs=keep_logs,
         startup_timeout=_num("startup_timeout", data["startup_timeout"]),
         stall_timeout=_num("stall_timeout", data["stall_timeout"]),

@@ -32,7 +32,7 @@ from . import steps
 from .host import Host
 from .lock import HostLock
 from .report import Reporter
-from .session import kimi_config, load, task_errors
+from .session import kimi_config, load, safe_run_dir, task_errors
 from .steps.common import require_complete
 
 #: The tasks that act on the whole cluster when ``kimi.cluster`` is set (and no -H is given).
@@ -97,7 +97,7 @@ def cluster_run(c: Context, ov: dict[str, Any], step: str, dry: bool) -> Iterato
                     run_dir=node.run_dir or profile.run_dir,
                 )
                 h = Host(conn, p, dry=dry)
-                p = p.with_run_dir(h.resolve(p.run_dir))
+                p = safe_run_dir(h, p, step, reporter)
                 nodes.append(NodeHost(node, h, p, cl.ray_dir(p.run_dir)))
             yield ClusterRun(
                 cluster, nodes[0].profile, nodes, reporter, cluster.ray_exe(profile), dry

@@ -28,6 +28,7 @@ from typing import Any
 
 from kimi_ops.defaults import LOCK_FILE
 from kimi_ops.errors import StepFailed
+from kimi_ops.rundir import private_dir_test
 from kimi_ops.shell import one_line, quote
 
 from .host import Host, Output
@@ -96,7 +97,7 @@ def lock_command(run_dir: str, holder: str) -> str:
         "sleep 0.05; i=$((i+1)); done"
     )
     return (
-        f"mkdir -p -m 700 {quote(r)} && "
+        f"mkdir -p -m 700 {quote(r)} && {{ {private_dir_test(r)}; }} && "
         f"{{ flock -n -E 75 {lock} sh -c {quote(inner)}; rc=$?; "
         f'if [ $rc -eq 75 ]; then echo "{BUSY}"; {wait_for_holder}; cat {info} 2>/dev/null; fi; '
         "exit $rc; }"

@@ -14,7 +14,9 @@ from typing import Any
 from invoke import Context
 from invoke.exceptions import Exit
 
+from kimi_ops import rundir
 from kimi_ops.errors import KimiOpsError, StepFailed
+from kimi_ops.procs import norm_dir
 from kimi_ops.profile import Profile, load_profile, secret_env_values
 from kimi_ops.result import StepResult, failed, skipped
 
@@ -106,8 +108,30 @@ def session(
         secrets = secret_env_values(profile, os.environ) if step in SECRET_STEPS else None
         host = Host(c, profile, dry=dry, name=reporter.host)
         reporter.host = host.name if host.remote else None
-        profile = profile.with_run_dir(host.resolve(profile.run_dir))
+        profile = safe_run_dir(host, profile, step, reporter)
         yield Session(host, profile, reporter, secrets, cancel)
+
+
+def safe_run_dir(host: Host, profile: Profile, step: str, reporter: Reporter | None) -> Profile:
+    """The profile with run_dir resolved on the host (``~`` expanded, symlinks resolved), after
+    checking that no one else can write it or its parents (:mod:`kimi_ops.rundir`); StepFailed
+    before anything is written to or run from an unsafe one."""
+    given = host.resolve(profile.run_dir)
+    command = rundir.facts_command(given)
+    out = host.run(command, step=step, check=False, mutating=False)
+    verdict = rundir.check_run_dir(rundir.parse_facts(out.stdout), given)
+    if not verdict.ok:
+        raise StepFailed(
+            step,
+            f"unsafe run_dir {given}: {'; '.join(verdict.problems)}; refused before writing to "
+            "or running anything from it",
+            command=out.command,
+            stderr=out.stderr,
+            hint=verdict.hint,
+        )
+    if verdict.resolved != norm_dir(given) and reporter is not None:
+        reporter.info(f"run_dir {given} resolves to {verdict.resolved}: using that")
+    return profile.with_run_dir(verdict.resolved)
 
 
 @contextmanager

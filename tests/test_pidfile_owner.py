@@ -230,3 +230,16 @@ def test_verify_after_kill_stale_dropped_a_crashed_servers_pidfile_says_it_exite
     fresh = VerifyState("kimi-k2.5", 60, 30)
     verdict = fresh.feed_poll(PollFacts(None, False, 0, 0, "", launch_id="L1"), 1.0)
     assert verdict.state == "never_started" and "wrote no pidfile" in verdict.message
+
+
+def test_a_live_server_reached_through_another_path_keeps_its_pidfile() -> None:
+    """`stop --run-dir <a symlink to run_dir>`: the server's environment names the real path.
+    Its PID was not reused (it started before its pidfile), so the pidfile, which names a live
+    server, must not be deleted, even though the server is not taken as this run_dir's."""
+    real = (("KIMI_OPS_RUN_DIR", "/srv/real"), ("KIMI_OPS_LAUNCH_ID", "L1"))
+    found = parse_pidfile_process(parse_key_values(_pf(started=MTIME - 100, env=real)))
+    assert found.foreign(RUN) and not found.ended(RUN)
+    reused = parse_pidfile_process(
+        parse_key_values(_pf(started=MTIME + PIDFILE_START_SLACK + 1, env=real))
+    )
+    assert reused.ended(RUN)

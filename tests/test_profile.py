@@ -140,3 +140,19 @@ def test_run_dir_is_normalised_so_every_task_names_the_same_directory() -> None:
     assert load_profile({"run_dir": "~/kimi-ops"}).run_dir == "~/kimi-ops"
     p = load_profile({"run_dir": "~/kimi-ops"}).with_run_dir("/home/u//kimi-ops/.")
     assert p.run_dir == "/home/u/kimi-ops"
+
+
+@pytest.mark.parametrize("run_dir", ["relrun", "./relrun", "run/dir", "~user/run", "/srv/a\nb"])
+def test_a_run_dir_that_is_not_absolute_is_refused_up_front(run_dir: str) -> None:
+    """A relative run_dir crashed with a traceback in script.py after the lock had created
+    ./relrun; the profile refuses it before anything runs."""
+    with pytest.raises(ProfileError) as info:
+        load_profile({"run_dir": run_dir})
+    assert info.value.key == "run_dir" and "absolute path" in info.value.problem
+    with pytest.raises(ProfileError):
+        load_profile({"host_overrides": {"h1": {"run_dir": run_dir}}}).for_host("h1")
+
+
+def test_a_home_relative_run_dir_is_kept_for_the_host_to_expand() -> None:
+    assert load_profile({"run_dir": "~"}).run_dir == "~"
+    assert load_profile({"run_dir": "~/x/../run"}).run_dir == "~/run"

@@ -25,6 +25,7 @@ from kimi_ops.preflight import (
 from kimi_ops.profile import Profile, unset_secret_env
 from kimi_ops.redact import mask_unknown_secrets
 from kimi_ops.result import StepResult, changed, ok, skipped
+from kimi_ops.rundir import private_dir_test
 from kimi_ops.shell import file_quote
 from kimi_ops.shell import quote as q
 
@@ -91,7 +92,7 @@ def sync_files(
     r = _run_dir(p)
     names = " ".join(q(f"{r}/{n}") for n in files)
     script = q(f"{r}/{LAUNCH_SCRIPT}")
-    prepare = f"mkdir -p -m 700 {q(r)} {q(r + '/' + LOG_DIR)}"
+    prepare = f"mkdir -p -m 700 {q(r)} {q(r + '/' + LOG_DIR)} && {{ {private_dir_test(r)}; }}"
     for name in remove:
         path = q(f"{r}/{name}")
         prepare += f" && {{ if [ -e {path} ]; then rm -f -- {path} && echo @@removed:{name}; fi; }}"

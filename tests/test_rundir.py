@@ -1,0 +1,137 @@
+"""run_dir safety (StrictModes-like): decided from plain `stat` text, and the command run for
+real on this machine's directories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kimi_ops.rundir import check_run_dir, facts_command, parse_facts, private_dir_test
+
+ME = 1000
+
+
+def _facts(*paths: str, files: tuple[str, ...] = (), resolved: str = "/home/u/run") -> str:
+    lines = [f"uid={ME}", f"resolved={resolved}"]
+    lines += [f"path={p}" for p in paths]
+    lines += [f"file={f}" for f in files]
+    return "\n".join(lines) + "\n"
+
+
+SAFE_PARENTS = ("1000:755:directory:/home/u", "0:755:directory:/home", "0:755:directory:/")
+
+
+def _verdict(text: str, given: str = "/home/u/run"):  # type: ignore[no-untyped-def]
+    return check_run_dir(parse_facts(text), given)
+
+
+def test_a_private_run_dir_under_safe_parents_is_ok() -> None:
+    v = _verdict(_facts("1000:700:directory:/home/u/run", *SAFE_PARENTS))
+    assert v.ok and v.resolved == "/home/u/run" and v.problems == ()
+
+
+def test_a_run_dir_that_does_not_exist_yet_is_ok_under_safe_parents() -> None:
+    assert _verdict(_facts(*SAFE_PARENTS)).ok
+
+
+def test_a_world_writable_run_dir_is_refused_with_a_chmod_hint() -> None:
+    v = _verdict(_facts("1000:777:directory:/home/u/run", *SAFE_PARENTS))
+    assert not v.ok
+    assert "writable by group or others (mode 777)" in v.problems[0]
+    assert "chmod 700 /home/u/run" in v.hint
+
+
+def test_a_group_writable_run_dir_is_refused() -> None:
+    assert not _verdict(_facts("1000:770:directory:/home/u/run", *SAFE_PARENTS)).ok
+
+
+def test_a_run_dir_owned_by_another_user_is_refused() -> None:
+    v = _verdict(_facts("65534:700:directory:/home/u/run", *SAFE_PARENTS))
+    assert not v.ok and "owned by uid 65534" in v.problems[0]
+
+
+def test_a_run_dir_that_is_a_file_is_refused() -> None:
+    v = _verdict(_facts("1000:600:regular file:/home/u/run", *SAFE_PARENTS))
+    assert not v.ok and "is a regular file, not a directory" in v.problems[0]
+
+
+def test_a_world_writable_parent_without_sticky_bit_is_refused() -> None:
+    text = _facts(
+        "0:777:directory:/tmp/rt", "0:1777:directory:/tmp", "0:755:directory:/",
+        resolved="/tmp/rt/run8",
+    )  # fmt: skip
+    v = _verdict(text, "/tmp/rt/run8")
+    assert (
+        not v.ok
+        and "/tmp/rt is writable by group or others without the sticky bit" in (v.problems[0])
+    )
+    assert "choose a run_dir under a directory only you" in v.hint
+
+
+def test_a_sticky_world_writable_parent_is_ok() -> None:
+    text = _facts(
+        "1000:700:directory:/tmp/run", "0:1777:directory:/tmp", "0:755:directory:/",
+        resolved="/tmp/run",
+    )  # fmt: skip
+    assert _verdict(text, "/tmp/run").ok
+
+
+def test_a_parent_owned_by_another_user_is_refused() -> None:
+    text = _facts("1000:700:directory:/home/u/run", "2000:755:directory:/home/u", *SAFE_PARENTS[1:])
+    v = _verdict(text)
+    assert not v.ok and "/home/u is owned by uid 2000, not by root or you" in v.problems[0]
+
+
+def test_a_planted_file_in_a_private_run_dir_is_refused() -> None:
+    text = _facts(
+        "1000:700:directory:/home/u/run", *SAFE_PARENTS,
+        files=("65534:755:regular file:/home/u/run/kimi_probe.py",),
+    )  # fmt: skip
+    v = _verdict(text)
+    assert not v.ok and "/home/u/run/kimi_probe.py" in v.problems[0]
+    ours = _facts(
+        "1000:700:directory:/home/u/run", *SAFE_PARENTS,
+        files=("1000:600:regular file:/home/u/run/kimi_probe.py",
+               "1000:777:symbolic link:/home/u/run/current.log"),
+    )  # fmt: skip
+    assert _verdict(ours).ok
+
+
+def test_the_resolved_path_is_returned_and_an_unresolved_one_refused() -> None:
+    text = _facts("1000:700:directory:/srv/real", "0:755:directory:/srv", "0:755:directory:/",
+                  resolved="/srv/real")  # fmt: skip
+    v = _verdict(text, "/srv/link")
+    assert v.ok and v.resolved == "/srv/real"
+    assert not _verdict("uid=1000\nresolved=\n").ok
+
+
+def _run(command: str) -> str:
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout
+
+
+def test_the_facts_command_on_real_directories(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    run.chmod(0o700)
+    (tmp_path / "link").symlink_to("run")
+    facts = parse_facts(_run(facts_command(str(tmp_path / "link"))))
+    assert facts.uid == os.getuid() and facts.resolved == str(run.resolve())
+    assert facts.paths[0].path == str(run.resolve()) and facts.paths[-1].path == "/"
+    assert check_run_dir(facts, str(tmp_path / "link")).resolved == str(run.resolve())
+    run.chmod(0o777)
+    (run / "kimi_probe.py").write_text("print('x')\n")
+    bad = check_run_dir(parse_facts(_run(facts_command(str(run)))), str(run))
+    assert not bad.ok and "mode 777" in bad.problems[0]
+    assert any("kimi_probe.py" in f.path for f in parse_facts(_run(facts_command(str(run)))).files)
+
+
+@pytest.mark.parametrize(("mode", "ok"), [(0o700, True), (0o755, True), (0o777, False)])
+def test_private_dir_test(tmp_path: Path, mode: int, ok: bool) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    d.chmod(mode)
+    done = subprocess.run(["sh", "-c", private_dir_test(str(d))], capture_output=True, text=True)
+    assert (done.returncode == 0) is ok, done.stderr
