@@ -24,6 +24,7 @@ from typing import Any
 from .defaults import ROUTER_DEFAULTS
 from .errors import ProfileError
 from .procs import parse_pidfile_process, read_pidfile_command
+from .rundir import absolute_run_dir
 from .sections import merged_section
 from .shell import quote as q
 from .verify import probe_address
@@ -128,7 +129,7 @@ def parse_router(value: Any) -> RouterSettings:
         check_interval=float(_positive("check_interval", data["check_interval"])),
         fall=_positive("fall", data["fall"], integer=True),
         rise=_positive("rise", data["rise"], integer=True),
-        run_dir=_text("run_dir", data["run_dir"]),
+        run_dir=absolute_run_dir("router.run_dir", _text("run_dir", data["run_dir"])),
         haproxy=_text("haproxy", data["haproxy"]),
         python=_text("python", data["python"]),
         request_timeout=float(_positive("request_timeout", data["request_timeout"])),

@@ -22,6 +22,7 @@ nothing, and processes are matched by the path they were launched with.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .defaults import (
@@ -76,7 +77,7 @@ def absolute_run_dir(key: str, text: str) -> str:
     return norm_dir(text)
 
 
-def facts_command(run_dir: str) -> str:
+def facts_command(run_dir: str, files: Sequence[str] = RUN_DIR_FILES) -> str:
     """One read-only command: ``uid=``, ``resolved=``, then one ``path=uid:mode:type:name``
     line for run_dir's real path and each existing ancestor (deepest first) and one
     ``file=uid:mode:type:name`` line per existing :data:`RUN_DIR_FILES` entry."""

@@ -35,13 +35,14 @@ from kimi_ops.defaults import ENV_FILE, PROBE_SCRIPT
 from kimi_ops.errors import KimiOpsError, StepFailed
 from kimi_ops.profile import Profile, secret_env_values
 from kimi_ops.result import StepResult, changed, failed, ok, skipped
+from kimi_ops.rundir import private_dir_test
 from kimi_ops.script import parse_key_values
 from kimi_ops.shell import quote as q
 
 from .fleet import HostOutcome, connection_for, host_name
 from .host import Host, host_names, is_connection, typed_host
 from .report import Reporter
-from .session import load, session
+from .session import load, safe_dir, session
 from .steps import env_file_text
 
 Sleep = Callable[[float], None]
@@ -67,6 +68,22 @@ def router_context(c: Context, settings: rt.RouterSettings) -> Context:
     return Connection(settings.host, config=c.config)
 
 
+def router_dir(
+    host: Host, settings: rt.RouterSettings, step: str, reporter: Reporter | None = None
+) -> str:
+    """``kimi.router.run_dir`` resolved on the router host, refused if others can write it."""
+    files = (
+        rt.CONFIG_FILE,
+        rt.NEXT_CONFIG,
+        rt.PIDFILE,
+        rt.SOCKET,
+        rt.LOG_FILE,
+        PROBE_SCRIPT,
+        ENV_FILE,
+    )
+    return safe_dir(host, settings.run_dir, step, reporter, files, key="router run_dir")
+
+
 def open_router(ctx: Context, profile: Profile) -> RouterHost:
     settings = profile.router
     if not settings.configured:
@@ -75,7 +92,7 @@ def open_router(ctx: Context, profile: Profile) -> RouterHost:
             hint="set kimi.router.port (and kimi.router.host, local or user@host)",
         )
     host = Host(ctx, profile)
-    return RouterHost(host, settings, host.resolve(settings.run_dir), profile)
+    return RouterHost(host, settings, router_dir(host, settings, "router"), profile)
 
 
 def replica_ids(c: Context, specs: Sequence[Any]) -> list[tuple[str, list[str]]]:
@@ -214,7 +231,11 @@ def deploy_router(
             "and start or reload HAProxy",
             lines=tuple(text.splitlines()),
         )
-    h.run(f"mkdir -p -m 700 {q(r)}", step=step, hint="set kimi.router.run_dir to a writable path")
+    h.run(
+        f"mkdir -p -m 700 {q(r)} && {{ {private_dir_test(r)}; }}",
+        step=step,
+        hint="set kimi.router.run_dir to a writable path",
+    )
     h.put_files(files, step=step)
     check = h.run(f"cd {q(r)} && {q(s.haproxy)} -c -f {rt.NEXT_CONFIG}", step=step, check=False)
     if not check.ok:
@@ -499,7 +520,7 @@ def _router_task(name: str, doc: str) -> Callable[[Callable[..., StepResult]], T
                         "profile key kimi.router.port: no router is configured",
                         hint="set kimi.router.port (and kimi.router.host: local or user@host)",
                     )
-                run_dir = s.host.resolve(profile.router.run_dir)
+                run_dir = router_dir(s.host, profile.router, name, s.reporter)
                 rh = RouterHost(s.host, profile.router, run_dir, profile)
                 s.report(fn(rh, ids, profile))
 

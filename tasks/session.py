@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -116,22 +116,34 @@ def safe_run_dir(host: Host, profile: Profile, step: str, reporter: Reporter | N
     """The profile with run_dir resolved on the host (``~`` expanded, symlinks resolved), after
     checking that no one else can write it or its parents (:mod:`kimi_ops.rundir`); StepFailed
     before anything is written to or run from an unsafe one."""
-    given = host.resolve(profile.run_dir)
-    command = rundir.facts_command(given)
-    out = host.run(command, step=step, check=False, mutating=False)
+    return profile.with_run_dir(safe_dir(host, profile.run_dir, step, reporter))
+
+
+def safe_dir(
+    host: Host,
+    path: str,
+    step: str,
+    reporter: Reporter | None,
+    files: Sequence[str] = rundir.RUN_DIR_FILES,
+    key: str = "run_dir",
+) -> str:
+    """``path`` (a run_dir) resolved on the host, once :func:`kimi_ops.rundir.check_run_dir`
+    found it, its parents and its ``files`` safe: one read-only command."""
+    given = host.resolve(path)
+    out = host.run(rundir.facts_command(given, files), step=step, check=False, mutating=False)
     verdict = rundir.check_run_dir(rundir.parse_facts(out.stdout), given)
     if not verdict.ok:
         raise StepFailed(
             step,
-            f"unsafe run_dir {given}: {'; '.join(verdict.problems)}; refused before writing to "
+            f"unsafe {key} {given}: {'; '.join(verdict.problems)}; refused before writing to "
             "or running anything from it",
             command=out.command,
             stderr=out.stderr,
             hint=verdict.hint,
         )
     if verdict.resolved != norm_dir(given) and reporter is not None:
-        reporter.info(f"run_dir {given} resolves to {verdict.resolved}: using that")
-    return profile.with_run_dir(verdict.resolved)
+        reporter.info(f"{key} {given} resolves to {verdict.resolved}: using that")
+    return verdict.resolved
 
 
 @contextmanager
