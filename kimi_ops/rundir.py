@@ -58,6 +58,8 @@ RUN_DIR_FILES: tuple[str, ...] = (
     LOCK_FILE + ".holder",
     CURRENT_LOG,
     LOG_DIR,
+    "stopped.launch",  # hoststate.STOP_MARKER (not imported: hoststate imports diagnose)
+    "ray",  # cluster.RAY_DIR: a node's Ray pidfile and log (cluster imports this module)
 )
 
 _GROUP_OTHER_WRITE = 0o022
