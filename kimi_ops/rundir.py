@@ -22,6 +22,7 @@ nothing, and processes are matched by the path they were launched with.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,7 +42,7 @@ from .defaults import (
 )
 from .errors import ProfileError
 from .procs import norm_dir
-from .shell import quote
+from .shell import one_line, quote
 
 #: What kimi-ops runs, sources, trusts or writes through in run_dir.
 RUN_DIR_FILES: tuple[str, ...] = (
@@ -70,7 +71,7 @@ def absolute_run_dir(key: str, text: str) -> str:
     """``text`` normalised if it is an absolute path or one under ``~`` (the host expands it);
     else ProfileError: a relative run_dir would be resolved against whatever directory the task
     happened to run in (and was created there before anything failed)."""
-    if not (text.startswith("/") or text == "~" or text.startswith("~/")) or "\n" in text:
+    if not (text.startswith("/") or text == "~" or text.startswith("~/")):
         raise ProfileError(
             key,
             f"must be an absolute path (or ~/...), got {text!r}",
@@ -80,22 +81,26 @@ def absolute_run_dir(key: str, text: str) -> str:
 
 
 def facts_command(run_dir: str, files: Sequence[str] = RUN_DIR_FILES) -> str:
-    """One read-only command: ``uid=``, ``resolved=``, then one ``path=uid:mode:type:name``
-    line for run_dir's real path and each existing ancestor (deepest first) and one
-    ``file=uid:mode:type:name`` line per existing :data:`RUN_DIR_FILES` entry."""
+    """One read-only command: ``uid=``; run_dir's real path between ``@@resolved`` and
+    ``@@end`` lines (any byte but NUL, newlines included); then one ``path=uid:mode:type``
+    line (``path=-``: missing) for that path and each ancestor up to ``/``, in that order; then
+    one ``file=uid:mode:type`` line (``file=-``) per name of ``files``, in order. No name is
+    printed after a stat, so a path with a newline cannot shift the lines."""
     p = quote(run_dir)
-    names = " ".join(quote(n) for n in RUN_DIR_FILES)
-    return (
+    names = " ".join(quote(n) for n in files) or "''"
+    stat = 'stat -c "%u:%a:%F" -- '
+    return one_line(
         'echo "uid=$(id -u)"; '
-        f"kimi_r=$(realpath -m -- {p} 2>/dev/null) || kimi_r=$(readlink -f -- {p}) || kimi_r=; "
-        'echo "resolved=$kimi_r"; '
+        f"kimi_r=$(realpath -m -- {p} && echo .) || kimi_r=$(readlink -f -- {p} && echo .) || "
+        "kimi_r=..; kimi_r=${kimi_r%??}; "
+        "printf '@@resolved\\n%s\\n@@end\\n' \"$kimi_r\"; "
         'if [ -n "$kimi_r" ]; then kimi_p=$kimi_r; while :; do '
-        'if [ -e "$kimi_p" ] || [ -L "$kimi_p" ]; then '
-        'stat -c "path=%u:%a:%F:%n" -- "$kimi_p"; fi; '
-        '[ "$kimi_p" = / ] && break; kimi_p=$(dirname -- "$kimi_p"); done; '
-        f'for kimi_n in {names}; do kimi_f="$kimi_r/$kimi_n"; '
-        'if [ -e "$kimi_f" ] || [ -L "$kimi_f" ]; then stat -c "file=%u:%a:%F:%n" -- "$kimi_f"; '
-        "fi; done; fi; true"
+        'if [ -e "$kimi_p" ] || [ -L "$kimi_p" ]; then printf path=; '
+        f'{stat}"$kimi_p"; else echo path=-; fi; '
+        '[ "$kimi_p" = / ] && break; kimi_p=$(dirname -- "$kimi_p"; echo .); kimi_p=${kimi_p%??}; '
+        f'done; for kimi_n in {names}; do kimi_f="$kimi_r/$kimi_n"; '
+        'if [ -e "$kimi_f" ] || [ -L "$kimi_f" ]; then printf file=; '
+        f'{stat}"$kimi_f"; else echo file=-; fi; done; fi; true'
     )
 
 
@@ -118,34 +123,53 @@ class RunDirFacts:
     files: tuple[Entry, ...]  # kimi-ops' files in run_dir
 
 
-def _entry(text: str) -> Entry | None:
-    parts = text.split(":", 3)
-    if len(parts) != 4 or not parts[0].isdigit():
+def _entry(text: str, path: str) -> Entry | None:
+    parts = text.split(":", 2)
+    if len(parts) != 3 or not parts[0].isdigit():
         return None
     try:
         mode = int(parts[1], 8)
     except ValueError:
         return None
-    return Entry(int(parts[0]), mode, parts[2], parts[3])
+    return Entry(int(parts[0]), mode, parts[2], path)
 
 
-def parse_facts(text: str) -> RunDirFacts:
-    """:func:`facts_command`'s output."""
-    uid: int | None = None
-    resolved = ""
-    paths: list[Entry] = []
-    files: list[Entry] = []
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if key == "uid" and value.strip().isdigit():
-            uid = int(value.strip())
-        elif key == "resolved":
-            resolved = value
-        elif key in ("path", "file"):
-            entry = _entry(value)
-            if entry is not None:
-                (paths if key == "path" else files).append(entry)
-    return RunDirFacts(uid, resolved, tuple(paths), tuple(files))
+def _ancestors(path: str) -> list[str]:
+    out = [path]
+    while out[-1] != "/":
+        parent = posixpath.dirname(out[-1]) or "/"
+        out.append(parent)
+    return out
+
+
+def parse_facts(text: str, files: Sequence[str] = RUN_DIR_FILES) -> RunDirFacts:
+    """:func:`facts_command`'s output (``files``: the same names, in the same order)."""
+    head, sep, rest = text.partition("@@resolved\n")
+    uid_text = head.rsplit("uid=", 1)[-1].strip() if "uid=" in head else ""
+    uid = int(uid_text) if uid_text.isdigit() else None
+    resolved, end, tail = rest.partition("\n@@end\n")
+    if not sep or not end or not resolved.startswith("/"):
+        return RunDirFacts(uid, "", (), ())
+    lines = tail.split("\n")
+    path_lines = [ln[5:] for ln in lines if ln.startswith("path=")]
+    file_lines = [ln[5:] for ln in lines if ln.startswith("file=")]
+    chain = _ancestors(resolved)
+    if len(path_lines) != len(chain) or len(file_lines) != len(files):
+        return RunDirFacts(uid, "", (), ())  # cut short: nothing is taken as checked
+    paths = [_entry(t, n) for t, n in zip(path_lines, chain, strict=True) if t != "-"]
+    found = [
+        _entry(t, f"{resolved.rstrip('/')}/{n}")
+        for t, n in zip(file_lines, files, strict=True)
+        if t != "-"
+    ]
+    if None in paths or None in found:
+        return RunDirFacts(uid, "", (), ())
+    return RunDirFacts(
+        uid,
+        resolved,
+        tuple(e for e in paths if e is not None),
+        tuple(e for e in found if e is not None),
+    )
 
 
 @dataclass(frozen=True)
@@ -170,7 +194,10 @@ def check_run_dir(facts: RunDirFacts, run_dir: str) -> RunDirVerdict:
     if facts.uid is None or not facts.resolved.startswith("/"):
         return RunDirVerdict(
             "",
-            (f"could not resolve run_dir {run_dir} on the host (no realpath or readlink -f?)",),
+            (
+                f"could not resolve run_dir {run_dir} and stat it and its parents on the host (no "
+                "realpath or readlink -f? its output cut short?)",
+            ),
             "install GNU coreutils (realpath) on the host",
         )
     me, real = facts.uid, facts.resolved

@@ -4,20 +4,33 @@ real on this machine's directories."""
 from __future__ import annotations
 
 import os
+import posixpath
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from kimi_ops.rundir import check_run_dir, facts_command, parse_facts, private_dir_test
+from kimi_ops.rundir import (
+    RUN_DIR_FILES,
+    check_run_dir,
+    facts_command,
+    parse_facts,
+    private_dir_test,
+)
 
 ME = 1000
 
 
 def _facts(*paths: str, files: tuple[str, ...] = (), resolved: str = "/home/u/run") -> str:
-    lines = [f"uid={ME}", f"resolved={resolved}"]
-    lines += [f"path={p}" for p in paths]
-    lines += [f"file={f}" for f in files]
+    """The command's output from ``uid:mode:type:path`` entries (absent ones: ``-`` lines)."""
+    given = {p.split(":", 3)[3]: p.rsplit(":", 1)[0] for p in paths}
+    kept = {f.split(":", 3)[3]: f.rsplit(":", 1)[0] for f in files}
+    chain = [resolved]
+    while chain[-1] != "/":
+        chain.append(posixpath.dirname(chain[-1]))
+    lines = [f"uid={ME}", "@@resolved", resolved, "@@end"]
+    lines += [f"path={given.get(c, '-')}" for c in chain]
+    lines += [f"file={kept.get(f'{resolved}/{n}', '-')}" for n in RUN_DIR_FILES]
     return "\n".join(lines) + "\n"
 
 
@@ -105,7 +118,9 @@ def test_the_resolved_path_is_returned_and_an_unresolved_one_refused() -> None:
                   resolved="/srv/real")  # fmt: skip
     v = _verdict(text, "/srv/link")
     assert v.ok and v.resolved == "/srv/real"
-    assert not _verdict("uid=1000\nresolved=\n").ok
+    assert not _verdict("uid=1000\n@@resolved\n\n@@end\n").ok
+    cut = _facts("1000:700:directory:/home/u/run", *SAFE_PARENTS).rsplit("file=", 3)[0]
+    assert not _verdict(cut).ok  # output cut short: nothing is taken as checked
 
 
 def _run(command: str) -> str:
@@ -145,3 +160,18 @@ def test_every_file_kimi_ops_keeps_in_run_dir_is_checked() -> None:
     kept = {n for n in names if n.endswith((".sh", ".py", ".json", ".env", ".pid", ".id", ".lock"))}
     kept |= {defaults.CURRENT_LOG, defaults.LOG_DIR, hoststate.STOP_MARKER, cluster.RAY_DIR}
     assert kept <= set(RUN_DIR_FILES), kept - set(RUN_DIR_FILES)
+
+
+def test_a_run_dir_with_newlines_in_its_name(tmp_path: Path) -> None:
+    odd = tmp_path / "a\nb" / "run\n"
+    odd.mkdir(parents=True)
+    odd.chmod(0o700)
+    facts = parse_facts(_run(facts_command(str(odd))))
+    verdict = check_run_dir(facts, str(odd))
+    assert verdict.ok and verdict.resolved == str(odd), verdict
+    assert [e.path for e in facts.paths][:3] == [str(odd), str(odd.parent), str(tmp_path)]
+    odd.chmod(0o777)
+    assert (
+        "mode 777"
+        in check_run_dir(parse_facts(_run(facts_command(str(odd)))), str(odd)).problems[0]
+    )
