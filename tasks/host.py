@@ -515,7 +515,7 @@ class Host:
     def _write(self, tmp: str, data: bytes, mode: int) -> None:
         if self.remote:
             sftp = self.c.sftp()  # type: ignore[attr-defined]
-            with sftp.open(tmp, "xb") as fh:  # O_EXCL: never through a planted file or link
+            with sftp.open(tmp, "wxb") as fh:  # O_EXCL: never through a planted file or link
                 sftp.chmod(tmp, mode)
                 fh.write(data)
         else:
