@@ -131,7 +131,7 @@ def safe_dir(
     found it, its parents and its ``files`` safe: one read-only command."""
     given = host.resolve(path)
     out = host.run(rundir.facts_command(given, files), step=step, check=False, mutating=False)
-    verdict = rundir.check_run_dir(rundir.parse_facts(out.stdout), given)
+    verdict = rundir.check_run_dir(rundir.parse_facts(out.stdout, files), given)
     if not verdict.ok:
         raise StepFailed(
             step,

@@ -175,3 +175,16 @@ def test_a_run_dir_with_newlines_in_its_name(tmp_path: Path) -> None:
         "mode 777"
         in check_run_dir(parse_facts(_run(facts_command(str(odd)))), str(odd)).problems[0]
     )
+
+
+def test_another_list_of_files_is_read_with_the_same_list(tmp_path: Path) -> None:
+    """The router's run_dir is checked with its own file names."""
+    d = tmp_path / "router"
+    d.mkdir(mode=0o700)
+    d.chmod(0o700)
+    (d / "haproxy.cfg").write_text("global\n")
+    names = ("haproxy.cfg", "router.pid")
+    facts = parse_facts(_run(facts_command(str(d), names)), names)
+    assert check_run_dir(facts, str(d)).ok
+    assert [f.path for f in facts.files] == [f"{d}/haproxy.cfg"]
+    assert not check_run_dir(parse_facts(_run(facts_command(str(d), names))), str(d)).ok
