@@ -43,6 +43,7 @@ from .defaults import (
 from .errors import ProfileError
 from .procs import norm_dir
 from .shell import one_line, quote
+from .shm import OWNED_FILE
 
 #: What kimi-ops runs, sources, trusts or writes through in run_dir.
 RUN_DIR_FILES: tuple[str, ...] = (
@@ -61,6 +62,7 @@ RUN_DIR_FILES: tuple[str, ...] = (
     LOG_DIR,
     "stopped.launch",  # hoststate.STOP_MARKER (not imported: hoststate imports diagnose)
     "ray",  # cluster.RAY_DIR: a node's Ray pidfile and log (cluster imports this module)
+    OWNED_FILE,  # the shm files clean-shm may remove: a planted list would name others'
 )
 
 _GROUP_OTHER_WRITE = 0o022

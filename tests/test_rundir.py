@@ -153,12 +153,13 @@ def test_private_dir_test(tmp_path: Path, mode: int, ok: bool) -> None:
 
 
 def test_every_file_kimi_ops_keeps_in_run_dir_is_checked() -> None:
-    from kimi_ops import cluster, defaults, hoststate
+    from kimi_ops import cluster, defaults, hoststate, shm
     from kimi_ops.rundir import RUN_DIR_FILES
 
     names = [v for k, v in vars(defaults).items() if k.isupper() and isinstance(v, str)]
     kept = {n for n in names if n.endswith((".sh", ".py", ".json", ".env", ".pid", ".id", ".lock"))}
     kept |= {defaults.CURRENT_LOG, defaults.LOG_DIR, hoststate.STOP_MARKER, cluster.RAY_DIR}
+    kept.add(shm.OWNED_FILE)
     assert kept <= set(RUN_DIR_FILES), kept - set(RUN_DIR_FILES)
 
 
