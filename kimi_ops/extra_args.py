@@ -40,6 +40,10 @@ SECRET_ENV_FLAGS: dict[str, str] = {
     "--hf-token": "HF_TOKEN",
 }
 
+#: vLLM's ``--config FILE``: a YAML file whose keys become flags (``api_key``, ``port`` ...),
+#: out of sight of the checks above; the profile's own keys and extra_args say the same.
+CONFIG_FLAG = "--config"
+
 
 def flag_name(arg: str) -> str:
     """``arg``'s flag name as vLLM reads it (before ``=``, underscores as dashes)."""
@@ -58,9 +62,11 @@ def spelled_flag(arg: str, flags: Any) -> str | None:
     name = flag_name(arg)
     if name in flags:
         return name
-    if not name.startswith("--") or len(name) <= 2:  # "--" alone ends the options
+    if len(name) < 2 or name == "--":  # "--" alone ends the options
         return None
-    return next((f for f in flags if f.startswith("--") and f.startswith(name)), None)
+    # argparse abbreviates single-dash flags too: "-t 4" is "-tp 4"
+    long = name.startswith("--")
+    return next((f for f in flags if f.startswith(name) and f.startswith("--") == long), None)
 
 
 def profile_flag(arg: str) -> str | None:
@@ -86,6 +92,14 @@ def check_extra_args(args: tuple[str, ...]) -> tuple[str, ...]:
                 f"and in launch.sh: set kimi.env.{var} instead",  # never the value
                 hint=f"remove {name} and its value from extra_args and set kimi.env.{var}: "
                 "it reaches the server only through the 0600 env file",
+            )
+        if flag_name(arg) == CONFIG_FLAG:
+            raise ProfileError(
+                f"extra_args[{i}]",
+                f"{CONFIG_FLAG} would read flags from a file kimi-ops cannot check (an api_key, "
+                "a port or a model there would override or bypass the profile's)",
+                hint="put the file's settings in the profile: its own keys (port, model, ...) "
+                "and extra_args for the rest",
             )
         flag = profile_flag(arg)
         if flag is not None:

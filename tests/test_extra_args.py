@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kimi_ops.errors import ProfileError
+from kimi_ops.extra_args import check_extra_args
 from kimi_ops.profile import load_profile
 
 URL = "x=https://u:RTURLPW777@127.0.0.1/x"
@@ -60,3 +61,14 @@ def test_an_abbreviated_max_model_len_conflicts_like_the_full_one() -> None:
 )
 def test_other_flags_are_still_accepted(args: list[str]) -> None:
     assert load_profile({"extra_args": args}).extra_args == tuple(args)
+
+
+def test_a_single_dash_abbreviation_and_a_config_file_are_refused() -> None:
+    """Red team round 2: argparse abbreviates single-dash flags too (`-t 4` set
+    tensor_parallel_size=4 past the profile's 8), and `--config FILE` reads flags (an api_key)
+    from a file no check sees."""
+    for args in (("-t", "4"), ("-tp=2",), ("--config", "vllm.yaml"), ("--config=vllm.yaml",)):
+        with pytest.raises(ProfileError):
+            check_extra_args(args)
+    # guards: single-dash flags that abbreviate nothing refused stay allowed
+    assert check_extra_args(("-O3", "-q", "awq")) == ("-O3", "-q", "awq")
