@@ -51,7 +51,7 @@ def is_secret_name(name: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS)
 #: web tokens).
 SECRET_VALUE_RE = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:[^\s@'\"]+?@"
-    r"|(?<![\w.%+~:/@-])[\w.%+~-]+:[^\s/@:'\"]+@(?=[A-Za-z0-9\[])"
+    r"|(?<![\w.%+~:/@-])[\w.%+~-]+:[^\s/@:'\"]+@(?=\[|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::\d|\.[A-Za-z]))"
     r"|\bhf_[A-Za-z0-9]{20,}"
     r"|\bsk-[A-Za-z0-9_-]{20,}"
     r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
@@ -107,7 +107,7 @@ def redact_env(
 
 
 _ASSIGNMENT_RE = re.compile(
-    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\$'(?:[^'\\]|\\.)*'|'[^']*'|\"(?:[^\"\\]|\\.)*\"|[^\s;&|]+)"
+    r"(?<![-.\w/])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\$'(?:[^'\\]|\\.)*'|'[^']*'|\"(?:[^\"\\]|\\.)*\"|[^\s;&|]+)"
 )
 #: A secret flag (:data:`SECRET_FLAGS`, ``-`` or ``_`` between its words, as vLLM reads it)
 #: and its value, in a command line.

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from kimi_ops.redact import Masker, is_secret_value, mask_shapes
+from kimi_ops.redact import Masker, is_secret_value, mask_shapes, mask_unknown_secrets
 from tasks import masking
 
 URL = "x=https://u:RTURLPW777@127.0.0.1/x"
@@ -86,3 +86,23 @@ def test_a_followed_log_shows_a_credential_split_across_two_polls_masked_whole()
 )
 def test_a_secret_name_without_a_secret_value_is_left_readable(text: str) -> None:
     assert mask_shapes(text) == text
+
+
+def test_a_flag_whose_name_ends_in_tokens_is_no_secret_assignment() -> None:
+    """Red team round 2: the old launch script's `--max-num-batched-tokens=8192` was shown as
+    `=***` (its tail read as the shell assignment `tokens=8192`), so an unchanged line looked
+    changed in the diff. A flag's `=value` is no shell assignment."""
+    line = "exec vllm serve /m --max-num-batched-tokens=8192 --max-model-len=4096"
+    assert mask_unknown_secrets(line) == line
+    # guard: a shell assignment to a secret name is still masked
+    assert mask_unknown_secrets("export HF_TOKEN=abcdef123") == "export HF_TOKEN=***"
+
+
+def test_a_name_with_a_colon_and_an_at_sign_is_no_proxy_credential() -> None:
+    """Red team round 2: served_model_name `team:kimi@prod` read as `user:pw@host` and showed as
+    `***prod` in diffs and reports; a scheme-less credential needs a host with a port or a
+    domain after its `@`."""
+    assert mask_shapes("PID 1, team:kimi@prod on port 8000") == "PID 1, team:kimi@prod on port 8000"
+    # guards: a proxy's user:pw@host:port and user:pw@host.domain are still masked
+    assert "pw" not in mask_shapes("HTTPS_PROXY=user:pw@proxy:3128")
+    assert "pw" not in mask_shapes("proxy user:pw@proxy.corp.example")
