@@ -102,7 +102,12 @@ def facts_command(run_dir: str, files: Sequence[str] = RUN_DIR_FILES) -> str:
         '[ "$kimi_p" = / ] && break; kimi_p=$(dirname -- "$kimi_p"; echo .); kimi_p=${kimi_p%??}; '
         f'done; for kimi_n in {names}; do kimi_f="$kimi_r/$kimi_n"; '
         'if [ -e "$kimi_f" ] || [ -L "$kimi_f" ]; then printf file=; '
-        f'{stat}"$kimi_f"; else echo file=-; fi; done; fi; true'
+        f'{stat}"$kimi_f"; else echo file=-; fi; done; '
+        # every other entry (two levels: logs/, ray/) someone else owns, or a symlink
+        # (kimi-ops makes one, current.log): counted, then the first one's name
+        'if [ -d "$kimi_r" ]; then kimi_o=$(find "$kimi_r" -mindepth 1 -maxdepth 2 '
+        f'\\( ! -user "$(id -u)" -o \\( -type l ! -name {CURRENT_LOG} \\) \\) '
+        '-exec printf x \\; 2>/dev/null); echo "foreign=${#kimi_o}"; fi; fi; true'
     )
 
 
@@ -123,6 +128,9 @@ class RunDirFacts:
     resolved: str
     paths: tuple[Entry, ...]  # run_dir (if it exists) and its existing ancestors
     files: tuple[Entry, ...]  # kimi-ops' files in run_dir
+    #: entries in run_dir (two levels) owned by another user, or symlinks kimi-ops did not make
+    #: (a planted launch.id.tmp -> /etc/x would have a write follow it)
+    foreign: int = 0
 
 
 def _entry(text: str, path: str) -> Entry | None:
@@ -166,11 +174,13 @@ def parse_facts(text: str, files: Sequence[str] = RUN_DIR_FILES) -> RunDirFacts:
     ]
     if None in paths or None in found:
         return RunDirFacts(uid, "", (), ())
+    counted = [ln[8:] for ln in lines if ln.startswith("foreign=")]
     return RunDirFacts(
         uid,
         resolved,
         tuple(e for e in paths if e is not None),
         tuple(e for e in found if e is not None),
+        int(counted[-1]) if counted and counted[-1].isdigit() else 0,
     )
 
 
@@ -237,6 +247,16 @@ def check_run_dir(facts: RunDirFacts, run_dir: str) -> RunDirVerdict:
                 "been put there by someone else"
             )
             hints.append(f"check and remove {e.path}; kimi-ops writes it again")
+    if facts.foreign:
+        problems.append(
+            f"{facts.foreign} entr{'y' if facts.foreign == 1 else 'ies'} in {real} (or in its "
+            "subdirectories) owned by another user, or a symlink kimi-ops does not make: a write "
+            "or a run through it could reach a file someone else chose"
+        )
+        hints.append(
+            f"list them with `find {real} -maxdepth 2 \\( ! -user $(id -u) -o -type l \\)` "
+            "and remove what kimi-ops did not make"
+        )
     return RunDirVerdict(real, tuple(problems), "; ".join(dict.fromkeys(hints)))
 
 

@@ -189,3 +189,25 @@ def test_another_list_of_files_is_read_with_the_same_list(tmp_path: Path) -> Non
     assert check_run_dir(facts, str(d)).ok
     assert [f.path for f in facts.files] == [f"{d}/haproxy.cfg"]
     assert not check_run_dir(parse_facts(_run(facts_command(str(d), names))), str(d)).ok
+
+
+def test_a_planted_symlink_or_foreign_file_under_any_name_is_refused(tmp_path: Path) -> None:
+    """Red team round 2: a symlink planted under a temporary name (server.pid.tmp -> a root
+    file) while run_dir was open had root's `>` write through it after a `chmod 700`; every
+    entry (two levels) is checked now, not only the names kimi-ops keeps."""
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    run.chmod(0o700)
+    (run / "logs" / "vllm-1.log").write_text("")
+    (run / "current.log").symlink_to(run / "logs" / "vllm-1.log")  # kimi-ops makes this one
+    assert check_run_dir(parse_facts(_run(facts_command(str(run)))), str(run)).ok
+    (run / "server.pid.tmp").symlink_to(tmp_path / "victim")
+    v = check_run_dir(parse_facts(_run(facts_command(str(run)))), str(run))
+    assert not v.ok and "symlink kimi-ops does not make" in v.problems[0], v
+    (run / "server.pid.tmp").unlink()
+    if os.geteuid() == 0:  # a file another user owns, one level down
+        planted = run / "logs" / "x.tmp"
+        planted.write_text("")
+        os.chown(planted, 65534, 65534)
+        v = check_run_dir(parse_facts(_run(facts_command(str(run)))), str(run))
+        assert not v.ok and "owned by another user" in v.problems[0], v
