@@ -76,6 +76,9 @@ def _listing_pass(root: str) -> str:
         + _READ_STAT.format(root=root)
         + " || continue; "
         'echo "$p" >&3; e=noenv; v=; '
+        # another user's process is never ours: its environment is not read (root could read
+        # it, and a decoy's copy of KIMI_OPS_RUN_DIR would make it "this deployment's")
+        '[ -O "$d" ] && '
         "{ e=env; while IFS= read -r -d '' v; do case $v in KIMI_OPS_*) "
         + _ESCAPE
         + 'e+=$\'\\t\'"E$v";; esac; done; } 2>/dev/null < "$d/environ"; a=; '

@@ -214,3 +214,18 @@ def test_the_pidfile_reads_of_a_live_process_print_its_argv(tmp_path: Path) -> N
     found = parse_pidfile_process(parse_key_values(out.stdout))
     assert found.pid == os.getpid() and found.alive and not found.unread
     assert found.argv and "python" in found.argv[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's process dir needs root")
+def test_another_users_process_has_no_environment_read(tmp_path: Path) -> None:
+    """Red team round 2: a decoy of another user (`runuser -u nobody -- env
+    KIMI_OPS_RUN_DIR=<ours> ...`) was taken for this deployment's (kill-stale signalled it,
+    launch refused, status said orphans): root reads any environment. kimi-ops never launches
+    as another user, so such a process's environment is not read and it is never ours."""
+    fake_proc(tmp_path, 100)
+    other = fake_proc(tmp_path, 200)
+    os.chown(other, 65534, 65534)
+    listing, _ = run(tmp_path)
+    procs = {p.pid: p for p in listing.procs}
+    assert procs[100].getenv("KIMI_OPS_RUN_DIR") == "/srv/kimi"
+    assert procs[200].env is None and procs[200].argv == tuple(ARGV)
