@@ -103,11 +103,14 @@ def facts_command(run_dir: str, files: Sequence[str] = RUN_DIR_FILES) -> str:
         f'done; for kimi_n in {names}; do kimi_f="$kimi_r/$kimi_n"; '
         'if [ -e "$kimi_f" ] || [ -L "$kimi_f" ]; then printf file=; '
         f'{stat}"$kimi_f"; else echo file=-; fi; done; '
-        # every other entry (two levels: logs/, ray/) someone else owns, or a symlink
-        # (kimi-ops makes one, current.log): counted, then the first one's name
-        'if [ -d "$kimi_r" ]; then kimi_o=$(find "$kimi_r" -mindepth 1 -maxdepth 2 '
-        f'\\( ! -user "$(id -u)" -o \\( -type l ! -name {CURRENT_LOG} \\) \\) '
-        '-exec printf x \\; 2>/dev/null); echo "foreign=${#kimi_o}"; fi; fi; true'
+        # every other entry (two levels: logs/, ray/) someone else owns, or a symlink but the
+        # one kimi-ops makes (run_dir/current.log): counted (-name, not -path: no glob of run_dir)
+        'if [ -d "$kimi_r" ]; then kimi_o=$({ '
+        'find "$kimi_r" -mindepth 1 -maxdepth 2 ! -user "$(id -u)" -exec printf x \\; ; '
+        f'find "$kimi_r" -mindepth 1 -maxdepth 1 -type l ! -name {CURRENT_LOG} '
+        "-exec printf x \\; ; "
+        'find "$kimi_r" -mindepth 2 -maxdepth 2 -type l -exec printf x \\; ; '
+        '} 2>/dev/null); echo "foreign=${#kimi_o}"; fi; fi; true'
     )
 
 

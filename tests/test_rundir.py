@@ -211,3 +211,22 @@ def test_a_planted_symlink_or_foreign_file_under_any_name_is_refused(tmp_path: P
         os.chown(planted, 65534, 65534)
         v = check_run_dir(parse_facts(_run(facts_command(str(run)))), str(run))
         assert not v.ok and "owned by another user" in v.problems[0], v
+
+
+def test_only_run_dirs_own_current_log_symlink_is_exempt(tmp_path: Path) -> None:
+    """The one symlink kimi-ops makes is run_dir/current.log; one of that name elsewhere (a
+    planted logs/current.log) is no exemption."""
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    run.chmod(0o700)
+    (run / "logs" / "current.log").symlink_to(tmp_path / "victim")
+    assert not check_run_dir(parse_facts(_run(facts_command(str(run)))), str(run)).ok
+
+
+def test_a_run_dir_with_glob_characters_keeps_its_current_log_exempt(tmp_path: Path) -> None:
+    run = tmp_path / "run[1]*"
+    (run / "logs").mkdir(parents=True)
+    run.chmod(0o700)
+    (run / "logs" / "vllm-1.log").write_text("")
+    (run / "current.log").symlink_to(run / "logs" / "vllm-1.log")
+    assert check_run_dir(parse_facts(_run(facts_command(str(run)))), str(run)).ok
