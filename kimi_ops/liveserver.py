@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from .defaults import LAUNCH_ID_FILE, PIDFILE
 from .procs import (
     LAUNCH_ID_VAR,
+    LISTING_READ_TIMEOUT,
     RUN_DIR_VAR,
     Listing,
     PidfileProcess,
     Proc,
     Selection,
+    _read_bound,
     is_vllm_title,
     norm_dir,
     server_args,
@@ -125,8 +127,7 @@ def restore_pidfile_command(run_dir: str, pid: int, launch_id: str) -> str:
     tmp = q(f"{r}/.{PIDFILE}.restore") + ".$$"
     n = int(pid)
     return (
-        "to=; command -v timeout >/dev/null 2>&1 && to='timeout -s KILL 5'; "
-        f"if [ -e {pf} ] || [ -L {pf} ]; then "
+        _read_bound("to", LISTING_READ_TIMEOUT) + f"if [ -e {pf} ] || [ -L {pf} ]; then "
         f'case "$(head -n 1 {pf} 2>/dev/null)" in ""|*[!0-9]*) w=unreadable;; *) w=exists;; esac; '
         f'elif [ "$(head -n 1 {ids} 2>/dev/null)" != {q(launch_id)} ]; then w=relaunched; '
         f"elif ! [ -O /proc/{n} ]; then w=not_owned; "
