@@ -136,6 +136,7 @@ class StateFacts:
     diagnosis: Diagnosis
     stop: StopMarker | None = None
     orphans: Sequence[int] = ()  # this deployment's processes alive without its server
+    owned: Sequence[int] = ()  # every process of this deployment now (procs.owned_processes)
     answered: bool | None = None  # the probe's chat completion (None: not probed)
     http: str = ""  # the probe's one-line description
     #: Another process listens on the port: who (its PID and command); "" when none was seen.

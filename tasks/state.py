@@ -62,22 +62,6 @@ def mark_stopping(h: Host, p: Profile, *, step: str) -> None:
     h.run(hoststate.stop_marker_command(_run_dir(p), detail, server), step=step, check=False)
 
 
-def deployment_orphans(
-    listing: procs.Listing,
-    p: Profile,
-    pidfile_pid: int | None,
-    launch_id: str | None,
-    server_alive: bool,
-) -> list[int]:
-    """Processes of this deployment (the ownership rule: :func:`kimi_ops.procs.owned_processes`)
-    that are alive although its server is not; with the server alive, those whose own server
-    (their session leader) is gone, e.g. an older launch's leftovers."""
-    selection = procs.owned_processes(listing, _run_dir(p), pidfile_pid, launch_id, port=p.port)
-    if server_alive:
-        return sorted(selection.orphans)
-    return sorted(selection.pids)
-
-
 def _gather_command(r: str, nvidia_smi: str) -> str:
     log = q(f"{r}/{CURRENT_LOG}")
     return (
@@ -123,6 +107,7 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
             note = adopted.note(r)
     alive = pidfile.server_alive(r)
     pid = pidfile.pid
+    owned = procs.owned_processes(listing, r, pidfile.owner_pid(r), launch_id, port=p.port)
     facts = StateFacts(
         launch_id=launch_id,
         pid=pid,
@@ -131,22 +116,15 @@ def gather(h: Host, p: Profile, *, step: str) -> tuple[StateFacts, dict[str, str
         log_path=f"{r}/{CURRENT_LOG}",
         diagnosis=diagnose(log, {"port": p.port}),
         stop=hoststate.parse_stop_marker(info.get("stop", "")),
-        orphans=tuple(
-            deployment_orphans(
-                listing,
-                p,
-                pidfile.owner_pid(r),
-                launch_id,
-                alive,
-            )
-        ),
+        # this deployment's processes alive although its server is not; with the server
+        # alive, those whose own server (their session leader) is gone (an older launch's)
+        orphans=tuple(sorted(owned.orphans if alive else owned.pids)),
+        owned=tuple(owned.pids),
         stopped=alive and pidfile.stopped,
         log_silent_for=_seconds(info.get("log_age")),
         stall_timeout=p.stall_timeout,
         pidfile_note=note,
     )
-    owned = procs.owned_processes(listing, r, pidfile.owner_pid(r), launch_id, port=p.port)
-    info["owned_pids"] = " ".join(str(x) for x in owned.pids)
     return facts, info
 
 
@@ -172,7 +150,7 @@ def status(h: Host, p: Profile, *, step: str = "status") -> tuple[StepResult, Ho
     """Process, PID, uptime, stage, health, GPU memory, and the state (with its exit code)."""
     facts, info = gather(h, p, step=step)
     # The shm files this deployment's processes use now are its own: recorded for clean-shm.
-    record_shm(h, p, step, pids=[int(x) for x in info.get("owned_pids", "").split()])
+    record_shm(h, p, step, pids=facts.owned)
     diag = facts.diagnosis
     lines = [f"launch: {facts.launch_id or 'none'}"]
     lines.append(
