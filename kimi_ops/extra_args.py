@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import ProfileError
-from .redact import is_secret_value
+from .redact import flag_name, is_secret_value, spelled_flag
 
 #: vLLM flags the profile itself sets on the server's command line: flag -> the profile key to
 #: use instead. Given again in ``extra_args`` they would make the server listen elsewhere, serve
@@ -45,30 +45,6 @@ SECRET_ENV_FLAGS: dict[str, str] = {
 CONFIG_FLAG = "--config"
 
 
-def flag_name(arg: str) -> str:
-    """``arg``'s flag name as vLLM reads it (before ``=``, underscores as dashes)."""
-    name = arg.split("=", 1)[0]
-    if name.startswith("--"):
-        name = "--" + name[2:].replace("_", "-")
-    return name
-
-
-def spelled_flag(arg: str, flags: Any) -> str | None:
-    """The flag of ``flags`` that ``arg`` spells as vLLM's parser reads it: the flag itself
-    (``--port``, ``--port=8001``, ``--served_model_name``) or an abbreviation of a long one
-    (``--por``); None if none."""
-    if not arg.startswith("-"):
-        return None
-    name = flag_name(arg)
-    if name in flags:
-        return name
-    if len(name) < 2 or name == "--":  # "--" alone ends the options
-        return None
-    # argparse abbreviates single-dash flags too: "-t 4" is "-tp 4"
-    long = name.startswith("--")
-    return next((f for f in flags if f.startswith(name) and f.startswith("--") == long), None)
-
-
 def profile_flag(arg: str) -> str | None:
     """The :data:`PROFILE_FLAGS` flag ``arg`` spells or abbreviates, or None."""
     return spelled_flag(arg, PROFILE_FLAGS)
@@ -93,7 +69,7 @@ def check_extra_args(args: tuple[str, ...]) -> tuple[str, ...]:
                 hint=f"remove {name} and its value from extra_args and set kimi.env.{var}: "
                 "it reaches the server only through the 0600 env file",
             )
-        if flag_name(arg) == CONFIG_FLAG:
+        if name == CONFIG_FLAG:
             raise ProfileError(
                 f"extra_args[{i}]",
                 f"{CONFIG_FLAG} would read flags from a file kimi-ops cannot check (an api_key, "

@@ -167,19 +167,41 @@ def mask_unknown_secrets(text: str, patterns: Sequence[str] = DEFAULT_SECRET_PAT
     return mask_shapes(_ASSIGNMENT_RE.sub(assignment, text))
 
 
+def flag_name(arg: str) -> str:
+    """``arg``'s flag name as vLLM reads it (before ``=``, underscores as dashes)."""
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name
+
+
+def spelled_flag(arg: str, flags: Any) -> str | None:
+    """The flag of ``flags`` that ``arg`` spells as vLLM's parser reads it: the flag itself
+    (``--port``, ``--port=8001``, ``--served_model_name``) or an abbreviation of a long one
+    (``--por``); None if none."""
+    if not arg.startswith("-"):
+        return None
+    name = flag_name(arg)
+    if name in flags:
+        return name
+    if len(name) < 2 or name == "--":  # "--" alone ends the options
+        return None
+    # argparse abbreviates single-dash flags too: "-t 4" is "-tp 4"
+    long = name.startswith("--")
+    return next((f for f in flags if f.startswith(name) and f.startswith("--") == long), None)
+
+
 def flag_secrets(args: Iterable[Any]) -> list[str]:
     """Values of secret flags (``--api-key X``, ``--hf-token=X``, ``--hf_token X``) in an
     argument list."""
     items = [str(a) for a in args]
     out: list[str] = []
     for i, arg in enumerate(items):
-        name, eq, value = arg.partition("=")
-        if name.startswith("--"):
-            name = "--" + name[2:].replace("_", "-")
         # vLLM's parser takes an abbreviation (--api-ke X); such a flag is refused, but its
         # value must not show in the error that says so either
-        if len(name) <= 2 or not any(f.startswith(name) for f in SECRET_FLAGS):
+        if spelled_flag(arg, SECRET_FLAGS) is None:
             continue
+        _, eq, value = arg.partition("=")
         if eq:
             out.append(value)
         elif i + 1 < len(items):
