@@ -114,6 +114,14 @@ def _traffic_after_exit(st: _State) -> bool:
     return st.healthy_pos < 0 and st.last_exit is not None
 
 
+def _request_refused(st: _State, text: str) -> bool:
+    """vLLM's error for a request's parameters (vllm.exceptions.VLLMValidationError, "for request
+    validation failures": the API answers 400) on a server that is up: that request was refused,
+    not a setting, so no rule takes it (at startup, under the serve command's argument check, it
+    is a setting's refusal: :func:`_note_config_refusal`)."""
+    return st.healthy_pos >= 0 and _REQUEST_REFUSED in text
+
+
 def _note_config_refusal(st: _State, exc: _Line) -> None:
     """Record a ValueError / NotImplementedError whose traceback (since the previous
     exception) ends in vLLM's config / argument code, or one of those or a TypeError /
@@ -126,8 +134,8 @@ def _note_config_refusal(st: _State, exc: _Line) -> None:
     if frame is None or frame.pos <= since or "config_refused" in st.hits:
         return
     m = _CONFIG_REFUSAL_RE.match(exc.text)
-    if m is None or (st.healthy_pos >= 0 and _REQUEST_REFUSED in exc.text):
-        return  # (a request's parameter refused on a server that is up: see _apply)
+    if m is None or _request_refused(st, exc.text):
+        return
     # a TypeError in config code may be a bug; under the argument check it is a refusal
     in_config = m.group("kind") != "Type" and _CONFIG_FRAME_RE.search(frame.text) is not None
     if in_config or st.last_arg_check_pos > since:
@@ -250,10 +258,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         name, text, groups = ev[2], ev[3], ev[4]
         if pos <= st.healthy_pos:
             return
-        if st.healthy_pos >= 0 and _REQUEST_REFUSED in text:
-            # vLLM's error for a request's parameters (the API answers 400) on a server that
-            # is up: that request was refused, not a setting (at startup, under the serve
-            # command's argument check, it is a setting's: see _note_config_refusal)
+        if _request_refused(st, text):
             return
         if _exit_noise_after_offline_run(st, name, text):
             # the offline LLM finished its prompts; its client then reports the engine gone as
@@ -420,7 +425,7 @@ def _update_tail(st: _State, block: str, scan: str) -> None:
 #: is dead or asleep; rules engine_wrapper and wake_up_failed read them), a benchmark client's
 #: request-rate setting.
 _NOT_SERVING_RE = re.compile(f"{FAILED_HEALTH_CHECK}|{FAILED_WAKE_UP}|requests/second")
-#: vllm.exceptions.VLLMValidationError: "for request validation failures" (its docstring)
+#: See :func:`_request_refused`.
 _REQUEST_REFUSED = "VLLMValidationError: "
 #: Rules whose line a process can survive: traffic after it is a recovery, not an API server
 #: still answering for a dead engine (torch's allocator warning of an OOM a caller caught, the
