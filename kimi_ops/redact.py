@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import quote, unquote
 
 from .defaults import DEFAULTS
 
@@ -319,9 +320,27 @@ def escaped_forms(value: str) -> set[str]:
     return forms
 
 
+#: A credential URL at the start of a word, as :data:`SECRET_VALUE_RE` reads it (a password may
+#: hold "/"), or a proxy's ``user:PASSWORD@host`` without a scheme.
+_URL_PASSWORD_RE = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s/@:'\"]*:(?P<pw>[^\s@'\"]+?)@")
+
+
+def secret_parts(value: str) -> set[str]:
+    """``value`` and what else shows the same secret: its percent-encoded and -decoded forms
+    (a password written into a URL, a URL printed decoded), and the password of each credential
+    URL in it, alone and in those forms (a client logs "authenticating with PASSWORD", or a
+    URL's password percent-encoded). Parts shorter than :data:`MIN_MASK_LENGTH` are left out."""
+    passwords = (_URL_PASSWORD_RE.match(word) for word in value.split())
+    parts = {value} | {m.group("pw") for m in passwords if m}
+    parts |= {unquote(p) for p in parts}
+    parts |= {quote(p, safe="") for p in parts}
+    return {p for p in parts if len(p) >= MIN_MASK_LENGTH}
+
+
 class Masker:
     """Replaces known secret values in text with ``***`` (longest first, so a secret that
-    contains another is hidden whole), in each of their :func:`escaped_forms`."""
+    contains another is hidden whole), in each of their :func:`escaped_forms` and
+    :func:`secret_parts` (a credential URL's password alone, percent-encoded or decoded)."""
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self.values: set[str] = set()
@@ -332,7 +351,8 @@ class Masker:
         self.add(values)
 
     def add(self, values: Iterable[str]) -> None:
-        new = {v for v in values if isinstance(v, str) and len(v) >= MIN_MASK_LENGTH}
+        given = {v for v in values if isinstance(v, str) and len(v) >= MIN_MASK_LENGTH}
+        new = set().union(*(secret_parts(v) for v in given)) if given else set()
         if new - self.values:
             self.values |= new
             self.forms = set().union(*(escaped_forms(v) for v in self.values))

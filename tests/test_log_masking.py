@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kimi_ops.profile import load_profile
-from kimi_ops.redact import Masker
+from kimi_ops.redact import Masker, config_secrets
 from tasks import steps
 from tasks.host import Host
 from tasks.testing import Reply, ScriptedConnection
@@ -90,3 +90,25 @@ def test_a_stream_masks_like_the_whole_text_however_it_is_split(
     shown = [stream.feed(whole[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
     assert "".join(shown) + stream.flush() == MASKER(whole)
     assert stream.pending == ""
+
+
+def test_a_credential_urls_password_is_masked_alone_and_percent_encoded() -> None:
+    # round 2's leftover: a URL in env was masked whole, but a client that logs its password
+    # alone, or the URL with the password percent-encoded (or decoded), showed it
+    config = {"env": {"DATABASE_URL": "postgres://app:s3cr/t!RT77@db.internal:5432/x"}}
+    mask = Masker(config_secrets(config, {}))
+    lines = [
+        "connecting with password s3cr/t!RT77",
+        "dsn=postgres://app:s3cr%2Ft%21RT77@db.internal:5432/x",
+        "retrying app:s3cr/t!RT77@db.internal",
+    ]
+    shown = "\n".join(mask(line) for line in lines)
+    for form in ("s3cr/t!RT77", "s3cr%2Ft%21RT77", "RT77"):
+        assert form not in shown
+    assert shown.splitlines()[0] == "connecting with password ***"
+
+
+def test_a_short_url_password_is_not_masked_everywhere() -> None:
+    # "pw" masked by value would blank every "pw" in every line; the URL itself is still hidden
+    mask = Masker(config_secrets({"env": {"PROXY": "http://u:pw@proxy.example:3128"}}, {}))
+    assert mask("pwd is /srv; url http://u:pw@proxy.example:3128") == "pwd is /srv; url ***"
