@@ -266,10 +266,20 @@ def check_run_dir(facts: RunDirFacts, run_dir: str) -> RunDirVerdict:
 def private_dir_test(run_dir: str) -> str:
     """A shell test, for right after ``mkdir -p -m 700 run_dir``: true only if run_dir is a
     directory (not a symlink) owned by the connecting user and writable by no group or other
-    user, so a directory someone else created between the check and the mkdir is refused."""
+    user, and every ancestor is still a directory (not a symlink) owned by root or that user
+    and writable by no group or other user unless sticky (as :func:`check_run_dir` asks), so a
+    directory someone else created between the check and the mkdir is refused: run_dir itself,
+    or a missing parent made in a sticky ``/tmp`` (its owner could rename run_dir away)."""
     r = quote(run_dir)
     why = quote(f"run_dir {run_dir} is not a directory only you can write (changed meanwhile?)")
+    parent = quote(f"a parent directory of run_dir {run_dir} is not safe (changed meanwhile?)")
     return (
         f"[ -d {r} ] && [ ! -L {r} ] && [ -O {r} ] && "
-        f"[ $(( 0$(stat -c %a -- {r}) & 18 )) -eq 0 ] || {{ echo {why} >&2; false; }}"
+        f"[ $(( 0$(stat -c %a -- {r}) & 18 )) -eq 0 ] || {{ echo {why} >&2; false; }} && "
+        f'kimi_a={r} && kimi_bad= && while [ "$kimi_a" != / ]; do '
+        'kimi_a=$(dirname -- "$kimi_a"; echo .); kimi_a=${kimi_a%??}; '
+        '[ -d "$kimi_a" ] && [ ! -L "$kimi_a" ] && kimi_s=$(stat -c %u:%a -- "$kimi_a") && '
+        '{ [ "${kimi_s%%:*}" = 0 ] || [ "${kimi_s%%:*}" = "$(id -u)" ]; } && '
+        "{ [ $(( 0${kimi_s#*:} & 18 )) -eq 0 ] || [ $(( 0${kimi_s#*:} & 512 )) -ne 0 ]; } || "
+        f'{{ echo {parent} >&2; kimi_bad=1; break; }}; done && [ -z "$kimi_bad" ]'
     )

@@ -230,3 +230,51 @@ def test_a_run_dir_with_glob_characters_keeps_its_current_log_exempt(tmp_path: P
     (run / "logs" / "vllm-1.log").write_text("")
     (run / "current.log").symlink_to(run / "logs" / "vllm-1.log")
     assert check_run_dir(parse_facts(_run(facts_command(str(run)))), str(run)).ok
+
+
+def _chown(path: Path, uid: int) -> None:
+    try:
+        os.chown(path, uid, -1)
+    except PermissionError:
+        pytest.skip("needs root to give a directory to another user")
+
+
+@pytest.mark.parametrize(
+    ("parent", "ok"),
+    [("private", True), ("sticky", True), ("open", False), ("other", False), ("symlink", False)],
+)
+def test_private_dir_test_checks_the_parents_made_meanwhile(
+    tmp_path: Path, parent: str, ok: bool
+) -> None:
+    # red team round 2's edge: run_dir /tmp/x/kimi with /tmp/x missing at the check; another
+    # user makes /tmp/x (sticky /tmp lets them) before our mkdir -p; run_dir is ours, but its
+    # parent's owner can rename it away and put their own in its place
+    base = tmp_path / "base"
+    base.mkdir(mode=0o755)
+    p = base / "p"
+    if parent == "symlink":
+        (base / "elsewhere").mkdir(mode=0o755)
+        p.symlink_to(base / "elsewhere")
+    else:
+        p.mkdir()
+        p.chmod({"private": 0o755, "sticky": 0o1777, "open": 0o777, "other": 0o755}[parent])
+        if parent == "other":
+            _chown(p, 65534)
+    run = p / "kimi"
+    run.mkdir(mode=0o700)
+    done = subprocess.run(["sh", "-c", private_dir_test(str(run))], capture_output=True, text=True)
+    assert (done.returncode == 0) is ok, done.stderr
+    assert ("a parent directory of run_dir" in done.stderr) is not ok
+
+
+def test_private_dir_test_refuses_a_run_dir_under_a_swapped_ancestor_high_up(
+    tmp_path: Path,
+) -> None:
+    # every ancestor is checked, not only the nearest one
+    top = tmp_path / "top"
+    (top / "a" / "b").mkdir(parents=True)
+    top.chmod(0o777)
+    run = top / "a" / "b" / "kimi"
+    run.mkdir(mode=0o700)
+    done = subprocess.run(["sh", "-c", private_dir_test(str(run))], capture_output=True, text=True)
+    assert done.returncode != 0 and "a parent directory of run_dir" in done.stderr
