@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kimi_ops.diagnose.hints import (
     _KV_FIX_CPU,
@@ -129,6 +129,30 @@ def _raised_in_quant_code(st: _State) -> bool:
     raised is a quantized kernel's, not a library's it imported on the way)?"""
     last = st.last_frame
     return last is not None and last.pos == st.last_quant_code_pos and _in_quant_code(st)
+
+
+#: A winning rule that the failing traceback's context makes more specific: (rule name, the
+#: context test, the rule it becomes), e.g. a GPU-capability check raised in vLLM's
+#: quantization code is a quantized kernel the GPU lacks, not the model's dtype.
+_REFINED: tuple[tuple[str, Callable[[_State, Mapping[str, str], _Hit], bool], Rule], ...] = (
+    (
+        "fp8_type_unsupported_arch",
+        lambda st, facts, _hit: _fp8_in_kv_cache(st, facts, triton_type=True),
+        _FP8_ARCH_KV_RULE,
+    ),
+    ("no_kernel_image", lambda st, _facts, _hit: _in_quant_code(st), _NO_KERNEL_IMAGE_QUANT_RULE),
+    (
+        "cuda_runtime_error",
+        lambda st, _f, hit: _raised_by_device_query(st, hit),
+        _DEVICE_QUERY_FAILED_RULE,
+    ),
+    ("gpu_capability", lambda st, _f, _h: _raised_in_quant_code(st), _GPU_CAPABILITY_QUANT_RULE),
+    (
+        "quant_dtype_mismatch",
+        lambda _st, facts, _h: facts.get("device") == "cpu",
+        _QUANT_DTYPE_CPU_RULE,
+    ),
+)
 
 
 #: Rules whose line names a dtype, not whose: they count only in the KV cache's context.
@@ -295,18 +319,10 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
     if winner is not None:
         rule, hit = winner
         same = sorted((h for r, h in active if r.label == rule.label), key=lambda h: h.pos)
-        if rule.name == "fp8_type_unsupported_arch" and _fp8_in_kv_cache(
-            st, facts, triton_type=True
-        ):
-            rule = _FP8_ARCH_KV_RULE
-        if rule.name == "no_kernel_image" and _in_quant_code(st):
-            rule = _NO_KERNEL_IMAGE_QUANT_RULE
-        if rule.name == "cuda_runtime_error" and _raised_by_device_query(st, hit):
-            rule = _DEVICE_QUERY_FAILED_RULE
-        if rule.name == "gpu_capability" and _raised_in_quant_code(st):
-            rule = _GPU_CAPABILITY_QUANT_RULE
-        if rule.name == "quant_dtype_mismatch" and facts.get("device") == "cpu":
-            rule = _QUANT_DTYPE_CPU_RULE
+        for name, holds, refined in _REFINED:
+            if rule.name == name and holds(st, facts, hit):
+                rule = refined
+                break
         groups: dict[str, str] = {}
         for h in same:
             for k, v in h.groups.items():
