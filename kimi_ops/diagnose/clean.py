@@ -298,7 +298,8 @@ def strip_line_numbers(block: str, numbers: re.Pattern[str]) -> str:
 #: record, an exception, a level, a date or time.
 _RECORD_START_RE = re.compile(
     r"\t|[ ]{2}|Traceback|File[ ]\"|\[(?!['\"<:])|\([^()]*pid=\d|<\d|\{\""
-    r"|[A-Z]\w*(?:Error|Exception|Warning|Exit)\b"
+    # an exception's type, or a program's own "Error: ..." / "Warning: ..." line
+    r"|(?:[A-Z]\w*)?(?:Error|Exception|Warning|Exit)\b"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d[ ]\d\d:"
 )
 #: The narrowest terminal width taken for a hard wrap (narrower lines are a log's own).

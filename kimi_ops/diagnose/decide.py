@@ -385,12 +385,14 @@ def _decide(st: _State, context: Mapping[str, object]) -> Diagnosis:
         and (shutdown is None or st.last_engine_log_frame_pos < shutdown)
     )
     # an in-process engine's program (no API server) that went on, then stopped on an
-    # uncaught exception: a traceback from its top frame ends the log
+    # uncaught exception: a traceback from its top frame ends the log (not the traceback of a
+    # request an ASGI app failed, whose frames of imported modules are "<module>" too)
     exc = st.last_exc
     program_died = (
         healthy
         and shutdown is None
         and st.api_server_pos < 0
+        and st.request_failed_pos <= st.healthy_pos
         and exc is not None
         and st.healthy_pos < st.last_module_frame_pos < exc.pos
         and exc.pos >= st.last_progress_pos

@@ -13,6 +13,7 @@ from kimi_ops.diagnose.clean import clean_line, uncolored
 from kimi_ops.diagnose.markers import (
     _ALL_KEYWORDS,
     _DISPATCH,
+    _ENGINE_LOCATION_RE,
     _ENGINE_LOGGER_RE,
     _EXC_RE,
     _EXIT_KEYWORDS,
@@ -37,13 +38,14 @@ from kimi_ops.diagnose.markers import (
     _STOP_ONLY_KEYWORDS,
     _STOP_REQUEST_RE,
     _TRACEBACK,
+    _VLLM_LEVEL_TIME_RE,
     _VLLM_ORIGIN_RE,
     _VLLM_PROCESS_NAME_RE,
     _WORKER_ORIGIN_RE,
 )
 from kimi_ops.diagnose.model import _HEALTHY_STAGE, _STAGE_INDEX, _WRAP_MIN
 from kimi_ops.diagnose.rules import RULES
-from kimi_ops.diagnose.words import THREAD_DIED
+from kimi_ops.diagnose.words import ASGI_REQUEST_FAILED, THREAD_DIED
 
 #: asyncio's report of a task or future whose exception nobody retrieved ("Future exception
 #: was never retrieved" / "Task exception was never retrieved", then this line, then the
@@ -109,6 +111,18 @@ def _analyze(text: str, pos: int, events: list[tuple[Any, ...]], *, joined: bool
         events.append((pos, *tpl))
 
 
+def _engine_logged(raw: str) -> bool:
+    """Did the engine's own error logger print this traceback line (:data:`_ENGINE_LOGGER_RE`,
+    or its location alone where a relay dropped vLLM's level and time)?"""
+    if "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None:
+        return True
+    return (
+        ".py:" in raw
+        and _ENGINE_LOCATION_RE.search(raw) is not None
+        and _VLLM_LEVEL_TIME_RE.search(raw) is None
+    )
+
+
 @lru_cache(maxsize=4096)
 def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
     """The events of one cleaned line, without position (cached: lines repeat a lot).
@@ -167,6 +181,7 @@ def _line_events(text: str, joined: bool) -> tuple[tuple[Any, ...], ...]:
         or _TRACEBACK in text
         or _UTILITY_FAILED_RE.match(text)
         or text.startswith(THREAD_DIED)
+        or ASGI_REQUEST_FAILED in text
     ):
         events.append((_EV_HEADER, text, False))  # (the engine's words heading a traceback)
     elif "exception=" in text and (um := _UNRETRIEVED_EXC_RE.match(text)) is not None:
@@ -239,11 +254,16 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
             continue
         if kind == _EV_STAGE and events[i][2] == _ENGINE_INITIALIZED:
             raw = raw or _raw_line(scan, ls)
-            # the process that printed it: the last prefix before the record (behind any
-            # decoration; an outer one is the program that started it)
+            # the process that printed it (the last prefix before the record, behind any
+            # decoration), or the program that started the engine core that printed it (an
+            # outer prefix: a Ray Data map worker whose engine core is a child process; a
+            # worker's own line there is not the engine's)
             hosts = _HOST_PROCESS_RE.findall(uncolored(raw))
-            host = hosts[-1] if hosts else None
-            if host is not None and not _VLLM_PROCESS_NAME_RE.match(host):
+            if hosts and (
+                not _VLLM_PROCESS_NAME_RE.match(hosts[-1])
+                or hosts[-1].startswith("EngineCore")
+                and any(not _VLLM_PROCESS_NAME_RE.match(host) for host in hosts)
+            ):
                 # initialised inside another program's process: an in-process engine, ready
                 events.append((events[i][0], _EV_INPROC_READY, events[i][4], "built", False))
             continue
@@ -257,7 +277,7 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
             continue
         raw = raw or _raw_line(scan, ls)
         if engine is None:
-            engine = "ERROR" in raw and _ENGINE_LOGGER_RE.search(raw) is not None
+            engine = _engine_logged(raw)
         if kind == _EV_EXIT:
             # a native frame the engine's error logger printed (a C++ exception's backtrace,
             # Tenstorrent's TT_THROW) is its traceback's, not a crash handler's process exit

@@ -112,6 +112,8 @@ _STAGE_MARKERS: tuple[_Marker, ...] = (
             # says "Leave wait_for_load, error: ..." at ERROR)
             "Leave wait_for_load, elapsed time",
             "Leave launch_builtin_model, elapsed time",
+            # V1's engine core waking from idle for requests that arrived (DEBUG)
+            "EngineCore loop active",
             # the API server handling a request (its failure is that request's, see below);
             # the structured-output backend failing one request's grammar (V1, at ERROR)
             "Error in preprocessing prompt inputs",
@@ -453,16 +455,28 @@ _VLLM_ORIGIN_RE = re.compile(  # (a custom date format may add the year)
 #: it printed is the engine dying, even cut before the exception. Survived: a failed utility
 #: call, one request's pre-processing (``_SURVIVED_FRAME_RE``), and a traceback whose first
 #: frame is the request handler (logged inside it: only its utility branch does that).
-_ENGINE_LOGGER_RE = re.compile(
-    r"\bERROR (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-    r"\[?(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine"
+_ENGINE_LOGGER_FILES = (
+    r"(?:(?:v1/engine/)?core|(?:engine/multiprocessing/)?engine"
     # vllm-ascend replaces run_engine_core (vllm_ascend/patch/platform/patch_core.py) and logs
     # the engine's fatal errors from there
     r"|patch_core"
     # a V1 worker's own error logger: "WorkerProc hit an exception" (worker_busy_loop; the
     # executor raises it in the engine core, which dies of it), "WorkerProc failed to start"
     r"|(?:v1/executor/)?multiproc_executor"
-    r")\.py(?::\d+)?\]"  # no line: a JSON record's logger (clean._record_lines)
+    r")\.py"
+)
+_ENGINE_LOGGER_RE = re.compile(
+    r"\bERROR (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?"
+    + _ENGINE_LOGGER_FILES
+    + r"(?::\d+)?\]"  # no line: a JSON record's logger (clean._record_lines)
+)
+#: ... that logger's location alone on a traceback line, its level and time dropped by what
+#: relayed the engine's output (a launcher re-logging each line at its own level: dynamo's
+#: "DEBUG dynamo_run::subprocess: [engine.py:280]   File ..."); a line that keeps a vLLM level
+#: and time is read by :data:`_ENGINE_LOGGER_RE` alone.
+_ENGINE_LOCATION_RE = re.compile(r"(?:^|[\s:|>])\[" + _ENGINE_LOGGER_FILES + r":\d+\] ")
+_VLLM_LEVEL_TIME_RE = re.compile(
+    r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d"
 )
 _SURVIVED_FRAME_RE = re.compile(
     r", in (?:_invoke_utility_method|preprocess_add_request"

@@ -1,5 +1,5 @@
 """Rules, part 2: the device or environment cannot run it (unsupported GPU / accelerator,
-quantization; unknown: no device, a broken install, an unknown model architecture)."""
+quantization; unknown: no device, a broken install)."""
 
 from __future__ import annotations
 
@@ -549,32 +549,6 @@ DEVICE_RULES: tuple[Rule, ...] = (
         "devices than tensor_parallel_size x pipeline_parallel_size asks for, or names one the "
         "host lacks. Compare `nvidia-smi -L` (`npu-smi info`) with the profile.",
         "accelerator[[ {device_id}]] not visible to the process",
-    ),
-    _rule(
-        "unsupported_model",
-        "unknown",
-        3,
-        (
-            "are not supported for now",
-            "is not supported for now",
-            "does not recognize this arch",
-            "are not supported on",
-            "GGUF model with architecture",
-        ),
-        [
-            # also a platform's own list ("... are not supported on Neuron for now")
-            r"Model architectures? \[?(?P<arch>[^\]]*?)\]? (?:are|is) not supported "
-            r"(?:on (?P<platform>\w+) )?for now",
-            # vLLM's GGUF loader: the file's architecture has no mapping to a vLLM model
-            r"GGUF model with architecture (?P<arch>[\w\-]+) is not supported",
-            r"model type `(?P<model_type>[\w\-]+)` but Transformers does not recognize this "
-            r"architecture",
-            r"does not recognize this architecture",
-        ],
-        "This vLLM / transformers does not know the model architecture[[ {arch}]]"
-        "[[ (model type {model_type})]][[ on {platform}]]: upgrade vLLM (and transformers) to a "
-        "release that supports it, or set trust_remote_code if the model ships its own code.",
-        "model architecture not supported[[: {arch}]]",
     ),
     _rule(
         "triton_backend_failed",

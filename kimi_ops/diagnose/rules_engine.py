@@ -50,6 +50,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
             "Worker failed with error",
             "EngineDeadError",
             "EngineCore encountered",
+            "EngineCoreProc encountered",
             "EngineCore hit an exception",
             "Background loop has errored",
             "Engine loop has died",
@@ -80,6 +81,9 @@ ENGINE_RULES: tuple[Rule, ...] = (
             r"Worker failed with error",
             r"EngineDeadError",
             r"EngineCore (?:encountered (?:a fatal error|an issue)|hit an exception)",
+            # an engine core process of a project built on vLLM, under its own class name
+            # (vLLM-Omni's run_stage_core logs "StageEngineCoreProc encountered a fatal error.")
+            r"\w*EngineCoreProc encountered a fatal error",
             r"Background loop has errored already",
             r"Engine loop has died",
             r"(?:MQLLMEngine|AsyncLLMEngine) is already dead|AsyncLLM output_handler failed",

@@ -1,5 +1,6 @@
 """Rules, part 4: a process of the run died (a signal, the OOM killer), or an environment cause
-with no label of its own (unknown)."""
+with no label of its own (unknown: a broken install, a model architecture this vLLM or
+transformers does not know)."""
 
 from __future__ import annotations
 
@@ -245,5 +246,47 @@ PROCESS_RULES: tuple[Rule, ...] = (
         "that was built for another torch.",
         "broken install[[: undefined symbol {symbol}]][[: {arch} could not be imported]]"
         "[[: compiled op {op} missing]]",
+    ),
+    _rule(
+        "unsupported_model",
+        "unknown",
+        3,
+        (
+            "are not supported for now",
+            "is not supported for now",
+            "does not recognize this arch",
+            "are not supported on",
+            "GGUF model with architecture",
+        ),
+        [
+            # also a platform's own list ("... are not supported on Neuron for now")
+            r"Model architectures? \[?(?P<arch>[^\]]*?)\]? (?:are|is) not supported "
+            r"(?:on (?P<platform>\w+) )?for now",
+            # vLLM's GGUF loader: the file's architecture has no mapping to a vLLM model
+            r"GGUF model with architecture (?P<arch>[\w\-]+) is not supported",
+            r"model type `(?P<model_type>[\w\-]+)` but Transformers does not recognize this "
+            r"architecture",
+            r"does not recognize this architecture",
+        ],
+        "This vLLM / transformers does not know the model architecture[[ {arch}]]"
+        "[[ (model type {model_type})]][[ on {platform}]]: upgrade vLLM (and transformers) to a "
+        "release that supports it, or set trust_remote_code if the model ships its own code.",
+        "model architecture not supported[[: {arch}]]",
+    ),
+    _rule(
+        "model_type_unknown",
+        "unknown",
+        2,
+        ('CONFIG_MAPPING[config_dict["model_type"]]',),
+        # transformers' AutoConfig looking the checkpoint's model_type up (the frame's source
+        # line, in every release since 4.x): the KeyError it raises there comes before its "does
+        # not recognize this architecture" ValueError (unsupported_model's), and a traceback cut
+        # between the two shows only this
+        [r'CONFIG_MAPPING\[config_dict\["model_type"\]\]'],
+        "The installed transformers does not know the checkpoint's model type (AutoConfig's "
+        "lookup of config.json's model_type failed): upgrade vLLM (and transformers) to a "
+        "release that supports the model, or set trust_remote_code if the model ships its own "
+        "code.",
+        "model type not known to transformers",
     ),
 )

@@ -230,6 +230,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             "Ran out of memory in memory space",
             "Attempting to reserve ",
             "Failed to load model - not enough",
+            "Tried to allocate",
         ),
         [
             r"(?:CUDA|HIP|XPU|NPU|GPU|cuda|hip) out of memory",
@@ -264,6 +265,11 @@ RUNTIME_RULES: tuple[Rule, ...] = (
             r"\btorch\.(?:cuda\.)?OutOfMemoryError\b",
             # ... its message's own account, when a page or paste kept only the tail
             r"Of the allocated memory [\d.]+ \w+ is allocated by PyTorch",
+            # ... or its head without "CUDA out of memory." before it (torch 2.1+: "Tried to
+            # allocate 136.00 MiB. GPU 0 has a total capacity of ..."; older: "Tried to allocate
+            # 20.00 MiB (GPU 0; 79.15 GiB total capacity; ...")
+            r"\bTried to allocate [\d.]+ [KMGT]?i?B(?:\. GPU \d+ has a total capacity\b|"
+            r" \(GPU \d+; [\d.]+ [KMGT]?i?B total capacity\b)",
             # IPython's traceback header names the exception by its class name only
             r"^OutOfMemoryError\s+Traceback \(most recent call last\)",
             r"(?i:cuda failure \d* ?'out of memory')",

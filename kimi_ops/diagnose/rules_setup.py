@@ -18,6 +18,9 @@ _ARGUMENT_RULES: tuple[Rule, ...] = (
             r": error: (?P<argerr>(?:unrecognized arguments?|the following arguments are "
             r"required|ambiguous option|argument |invalid choice|unexpected argument|"
             r"expected one argument|one of the arguments).*)",
+            # parser.error(MSG) of a vLLM command's own check, under argparse's "PROG: error: "
+            # (PROG: "vllm serve", "vllm bench <bench_type> [options] serve", a script's name)
+            r"^(?:vllm\b[^:\n]*|[\w.\-]+\.py): error: (?P<argerr>\S.*)",
             # ... its message alone, when a page kept only that line
             r"^(?P<argerr>unrecognized arguments: --?\w.*)",
             # vLLM's parser reading --config's YAML file (0.32 logs this, then re-raises the
@@ -88,15 +91,16 @@ _ARGUMENT_RULES: tuple[Rule, ...] = (
         (
             "required GPUs exceeds",
             "greater than the number of available",
-            "Cannot provide a placement group",
             "is larger than the number of available",
             "Not enough allowed NUMA nodes",
         ),
         [
-            # vLLM <= 0.8 raised it (ValueError); later releases only warn, wait for the Ray
-            # placement group (the autoscaler may add nodes), then give up (next pattern)
+            # vLLM <= 0.8 raised it (ValueError); later releases only warn and wait for the Ray
+            # placement group (the autoscaler may add nodes), then give up after a timeout
+            # ("Cannot provide a placement group ... within 1800 seconds"): a cluster that never
+            # offered the GPUs, not a size vLLM refused (the engine dies of it, or the program
+            # that waited stops)
             r"Error: (?i:the number of required GPUs exceeds the total number of available GPUs)",
-            r"Error: Cannot provide a placement group of placement_group_specs=.* within \d+",
             r"(?P<option>tensor|pipeline)_parallel_size \(?(?P<size>\d+)\)? is greater than the "
             r"number of available",
             # vLLM 0.32's ParallelConfig ("World size (8) is larger than the number of ... GPUs")

@@ -72,7 +72,7 @@ from kimi_ops.diagnose.model import (
 from kimi_ops.diagnose.rules import _RULE_BY_NAME, _RULE_LABEL
 from kimi_ops.diagnose.rules_engine import FAILED_HEALTH_CHECK, FAILED_WAKE_UP
 from kimi_ops.diagnose.state import _Hit, _Line, _State
-from kimi_ops.diagnose.words import _SERVING_WHILE_STOPPING, THREAD_DIED
+from kimi_ops.diagnose.words import _SERVING_WHILE_STOPPING, ASGI_REQUEST_FAILED, THREAD_DIED
 
 # Why the scanner is shaped so. A log may be gigabytes (diagnosed on the host, 1 MiB at a
 # time) and almost all of it is serving noise (metrics, access log) that decides nothing.
@@ -120,6 +120,14 @@ def _request_refused(st: _State, text: str) -> bool:
     not a setting, so no rule takes it (at startup, under the serve command's argument check, it
     is a setting's refusal: :func:`_note_config_refusal`)."""
     return st.healthy_pos >= 0 and _REQUEST_REFUSED in text
+
+
+def _in_failed_request(st: _State, name: str) -> bool:
+    """Is a rule's line a generic cause (label ``unknown``: an import, a missing package) in the
+    traceback uvicorn printed for one request ("Exception in ASGI application" after the server
+    was up, no serving line since)? The app answered that request 500 and went on serving; an
+    engine that died (``engine_dead_other``) or a device error is still the server's failure."""
+    return st.request_failed_pos > st.healthy_pos >= 0 and _RULE_BY_NAME[name].label == "unknown"
 
 
 def _note_config_refusal(st: _State, exc: _Line) -> None:
@@ -258,7 +266,7 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         name, text, groups = ev[2], ev[3], ev[4]
         if pos <= st.healthy_pos:
             return
-        if _request_refused(st, text):
+        if _request_refused(st, text) or _in_failed_request(st, name):
             return
         if _exit_noise_after_offline_run(st, name, text):
             # the offline LLM finished its prompts; its client then reports the engine gone as
@@ -296,6 +304,8 @@ def _apply(st: _State, ev: tuple[Any, ...]) -> None:
         st.last_crash_pos = st.last_signal_pos = pos
         if ev[2].startswith(THREAD_DIED):
             st.thread_died = _Line(pos, ev[2])
+        elif ASGI_REQUEST_FAILED in ev[2] and st.healthy_pos >= 0:
+            st.request_failed_pos = pos
         if "lifespan" in ev[2]:  # (a one-line paste: the traceback's frames on its line)
             _http_start_failed(st, pos, ev[2])
         if ev[3]:

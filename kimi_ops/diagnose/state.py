@@ -55,6 +55,7 @@ class _State:
         "last_engine_log_frame_pos",
         "last_survived_frame_pos",
         "thread_died",
+        "request_failed_pos",
         "last_module_frame_pos",
         "last_engine_loop_frame_pos",
         "last_generating_frame_pos",
@@ -102,6 +103,7 @@ class _State:
         self.last_engine_log_frame_pos = -1  # a traceback line the engine's error logger printed
         self.last_survived_frame_pos = -1  # ... in a call whose failure the engine survives
         self.thread_died: _Line | None = None  # "Exception in thread X:" (its traceback follows)
+        self.request_failed_pos = -1  # "Exception in ASGI application" on a server that is up
         self.last_module_frame_pos = -1  # a traceback's top frame: a program's (uncaught)
         self.last_engine_loop_frame_pos = -1  # ... in the engine's busy loop (this run's)
         self.last_generating_frame_pos = -1  # a frame of the LLM class's generation loop

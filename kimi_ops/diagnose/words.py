@@ -35,6 +35,8 @@ _TRIGGER_WORDS: tuple[str, ...] = (
     "CUDA kernel",
     "Cuda failure",
     "CUBLAS_STATUS",
+    "CONFIG_MAPPING[",  # transformers' AutoConfig looking a model_type up (its source line)
+    "EngineCore loop active",  # V1's engine core waking from idle for requests (DEBUG)
     "Value error",
     "Value 'sm_",
     "Watchdog caught",
@@ -208,6 +210,8 @@ _HEAD_ONLY_KEYWORDS: frozenset[str] = frozenset(
 #: Python's threading excepthook heading a thread's traceback: that thread is gone (the process
 #: goes on; what the thread did, a server's model loop, stops with it).
 THREAD_DIED = "Exception in thread "
+#: uvicorn's header over the traceback of a request the app failed: it answered 500 and went on.
+ASGI_REQUEST_FAILED = "Exception in ASGI application"
 
 #: Frequent "serving" markers (metrics, access log), found per chunk with rfind: each (a
 #: preemption, the offline progress bar, the request log, speculative decoding's metrics) is
@@ -222,6 +226,8 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     'HTTP/1.1" ',
     "is preempted by PreemptionMode",
     "Processed prompts:",
+    # the LLM class adding a generate() call's prompts to its engine (offline): it was built
+    "Adding requests: ",
     "Added request ",
     # the API server warning of a request's fields it ignores (a client's extra "strict", ..)
     "in the request but ignored",
@@ -239,9 +245,9 @@ _FREQ_HEALTHY: tuple[str, ...] = (
     "EC Transfer metrics: ",
     "DiffusionDecoding metrics: ",
     " context requests, ",
-    # vLLM's serving benchmark's result table and its speculative section (requests ran)
+    # vLLM's serving benchmark's result table (its throughput lines are "tok/s") and its
+    # speculative section (requests ran)
     "Serving Benchmark Result",
-    "Mean TTFT (ms):",
     "Acceptance rate (%):",
     "Acceptance length:",
     # LMCache (a KV connector) storing / retrieving a request's KV cache: requests are running
