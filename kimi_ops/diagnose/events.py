@@ -261,8 +261,10 @@ def _mark_raw_facts(scan: str, ls: int, events: list[tuple[Any, ...]], start: in
             hosts = _HOST_PROCESS_RE.findall(uncolored(raw))
             if hosts and (
                 not _VLLM_PROCESS_NAME_RE.match(hosts[-1])
-                or hosts[-1].startswith("EngineCore")
-                and any(not _VLLM_PROCESS_NAME_RE.match(host) for host in hosts)
+                or (
+                    hosts[-1].startswith("EngineCore")
+                    and any(not _VLLM_PROCESS_NAME_RE.match(host) for host in hosts)
+                )
             ):
                 # initialised inside another program's process: an in-process engine, ready
                 events.append((events[i][0], _EV_INPROC_READY, events[i][4], "built", False))

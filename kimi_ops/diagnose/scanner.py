@@ -126,7 +126,8 @@ def _in_failed_request(st: _State, name: str) -> bool:
     """Is a rule's line a generic cause (label ``unknown``: an import, a missing package) in the
     traceback uvicorn printed for one request ("Exception in ASGI application" after the server
     was up, no serving line since)? The app answered that request 500 and went on serving; an
-    engine that died (``engine_dead_other``) or a device error is still the server's failure."""
+    engine that died (``engine_dead_other``) or a cause with a label of its own (an OOM, NCCL)
+    is still the server's failure."""
     return st.request_failed_pos > st.healthy_pos >= 0 and _RULE_BY_NAME[name].label == "unknown"
 
 
