@@ -283,11 +283,15 @@ def ray_launch_command(
 
 
 def reach_command(host: str, port: int, seconds: int = 5) -> str:
-    """From a worker: can it open a TCP connection to the head's Ray port? (bash /dev/tcp)"""
+    """From a worker: can it open a TCP connection to the head's Ray port? (bash /dev/tcp)
+
+    The error text is kept in a variable, not a file: a fixed name in /tmp (it was
+    /tmp/.kimi-reach.PID) lets another user plant a symlink that root's write follows, or a
+    directory that makes the check fail."""
     return (
-        f"if timeout {int(seconds)} bash -c {q(f'exec 3<>/dev/tcp/{host}/{int(port)}')} "
-        '2>/tmp/.kimi-reach.$$; then echo reach=ok; else echo "reach=fail: '
-        '$(tr -d "\\n" < /tmp/.kimi-reach.$$)"; fi; rm -f /tmp/.kimi-reach.$$'
+        f"if kimi_e=$(timeout {int(seconds)} bash -c "
+        f"{q(f'exec 3<>/dev/tcp/{host}/{int(port)}')} 2>&1 >/dev/null); then echo reach=ok; "
+        'else echo "reach=fail: $(printf %s "$kimi_e" | tr -d "\\n")"; fi'
     )
 
 

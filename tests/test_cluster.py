@@ -226,6 +226,9 @@ def test_marker_and_reach_commands_are_one_line() -> None:
     assert "grep -lzxF 'KIMI_OPS_RUN_DIR=/r x/ray'" in cl.marker_command("/r x/ray")
     reach = cl.reach_command("10.0.0.11", 6379)
     assert "/dev/tcp/10.0.0.11/6379" in reach and "\n" not in reach
+    # red team round 3: a fixed /tmp name let another user plant a symlink root's write
+    # followed (or a directory that failed the check): the error text stays in a variable
+    assert "/tmp" not in reach and "2>/" not in reach and "< /" not in reach
 
 
 def test_reach_command_says_whether_the_port_answers() -> None:
