@@ -278,6 +278,20 @@ def _str(key: str, value: Any, *, optional: bool = False, nonempty: bool = True)
     return value
 
 
+def _api_key(key: str, value: str | None) -> str | None:
+    """The API key as given, unless it holds a control character (a newline, a tab): an HTTP
+    header cannot carry one, so every request (verify's included) would fail on the client
+    with an error that quotes the key; refused here, its value not shown."""
+    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ProfileError(
+            key,
+            "holds a control character (a newline, a tab; not shown): an HTTP header cannot "
+            "carry it, so no request could authenticate",
+            hint="remove the trailing newline of the file or command the key came from",
+        )
+    return value
+
+
 def _abs_path(key: str, value: Any) -> str:
     text = _str(key, value) or ""
     if not text.startswith("/") or "\n" in text:
@@ -481,7 +495,7 @@ def load_profile(
         device=device,
         patch_kv_config=patch,
         max_model_len=max_model_len,
-        api_key=_str("api_key", data["api_key"], optional=True),
+        api_key=_api_key("api_key", _str("api_key", data["api_key"], optional=True)),
         api_key_env=api_key_env,
         secret_env=secret_env,
         secret_patterns=secret_patterns,
@@ -525,7 +539,7 @@ def secret_env_values(profile: Profile, environ: Mapping[str, str]) -> dict[str,
                 hint=f"export {profile.api_key_env}=... before running fab",
             )
     if key:
-        out["VLLM_API_KEY"] = key
+        out["VLLM_API_KEY"] = _api_key("api_key_env", key) or key
     for name in profile.secret_env:
         value = environ.get(name)
         if value:

@@ -311,8 +311,12 @@ def escaped_forms(value: str) -> set[str]:
     printed in a log line: vLLM's "non-default args: {...}"), ``ascii()``-escaped, and each of
     these JSON-escaped with and without ``ensure_ascii`` (``--json`` output, evidence lines).
     A quote, a backslash or a non-ASCII character changes the escaped forms, and a masker that
-    looks only for the value itself would miss them."""
-    base = {value, repr(value)[1:-1], ascii(value)[1:-1]}
+    looks only for the value itself would miss them. Also its UTF-8 bytes' repr (``b'...'`` in
+    an exception's message: http.client's "Invalid header value b'Bearer ...'") and each of
+    these repr-escaped once more (that message quoted in another repr: the probe's report)."""
+    raw = value.encode("utf-8", "surrogatepass")
+    base = {value, repr(value)[1:-1], ascii(value)[1:-1], repr(raw)[2:-1]}
+    base |= {repr(form)[1:-1] for form in base}
     forms = set(base)
     for form in base:
         forms.add(json.dumps(form)[1:-1])

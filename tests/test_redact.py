@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kimi_ops.errors import ProfileError
 from kimi_ops.preflight import build_plan, preflight_report
 from kimi_ops.profile import load_profile, secret_env_values
 from kimi_ops.redact import Masker, config_secrets, is_secret_name
@@ -175,3 +176,25 @@ def test_unknown_secrets_in_an_old_script_are_hidden_by_name_flag_and_shape() ->
     assert "export NCCL_DEBUG=WARN" in got and "--port 8000" in got
     assert "export HF_TOKEN=***" in got and "--api-key ***" in got
     assert mask_unknown_secrets("A_BEARER=zz9", ["BEARER"]) == "A_BEARER=***"
+
+
+def test_masker_hides_a_secret_in_a_bytes_repr_quoted_again() -> None:
+    # red team round 3: http.client refused an API key in a header ("Invalid header value
+    # b'Bearer ...'"), and the probe's report quoted that message in a repr: the key showed
+    secret = "sek'rit\"k\u00e9y12345"
+    inner = f"ValueError: Invalid header value {('Bearer ' + secret).encode()!r}"
+    mask = Masker([secret])
+    for text in (inner, repr(inner), json.dumps(repr(inner))):
+        shown = mask(text)
+        assert "12345" not in shown and "rit" not in shown, shown
+
+
+@pytest.mark.parametrize("key", ["sekrit-key-12345\n", "sek\trit-12345", "abc\x7fdef"])
+def test_an_api_key_with_a_control_character_is_refused_unshown(key: str) -> None:
+    with pytest.raises(ProfileError) as err:
+        load_profile({"api_key": key})
+    assert "12345" not in str(err.value) and "control character" in str(err.value)
+    profile = load_profile({"api_key_env": "MY_KEY"})
+    with pytest.raises(ProfileError) as from_env:
+        secret_env_values(profile, {"MY_KEY": key})
+    assert "12345" not in str(from_env.value) and from_env.value.key == "api_key_env"
