@@ -49,9 +49,11 @@ def is_secret_name(name: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS)
 #: proxy's ``user:pw@host:3128`` without a scheme, and tokens in the well-known formats
 #: (Hugging Face ``hf_...``, OpenAI-style ``sk-...``, GitHub ``ghp_`` / ``github_pat_``, GitLab
 #: ``glpat-``, Google ``AIza...``, npm ``npm_...``, Slack ``xox?-``, AWS access key ids, JSON
-#: web tokens).
+#: web tokens), and a connection string's ``password=...`` (libpq, ODBC: ``host=db
+#: password=x``).
 SECRET_VALUE_RE = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:[^\s@'\"]+?@"
+    r"|(?<![\w-])(?i:password|passwd|pwd)=[^\s;'\"&]+"
     r"|(?<![\w.%+~:/@-])[\w.%+~-]+:[^\s/@:'\"]+@(?=\[|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::\d|\.[A-Za-z]))"
     r"|\bhf_[A-Za-z0-9]{20,}"
     r"|\bsk-[A-Za-z0-9_-]{20,}"
@@ -324,9 +326,34 @@ def escaped_forms(value: str) -> set[str]:
     return forms
 
 
-#: A credential URL at the start of a word, as :data:`SECRET_VALUE_RE` reads it (a password may
-#: hold "/"), or a proxy's ``user:PASSWORD@host`` without a scheme.
-_URL_PASSWORD_RE = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s/@:'\"]*:(?P<pw>[^\s@'\"]+?)@")
+#: A credential URL anywhere in a word (``--db=postgres://u:PW@db``), as
+#: :data:`SECRET_VALUE_RE` reads it (a password may hold "/"), or a proxy's
+#: ``user:PASSWORD@host`` without a scheme at a word's start.
+_URL_PASSWORD_RE = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:(?P<pw>[^\s@'\"]+?)@(?P<rest>\S*)"
+)
+_PROXY_PASSWORD_RE = re.compile(r"[^\s/@:'\"]*:(?P<pw>[^\s@'\"]+?)@(?P<rest>\S*)")
+_PERCENT_RE = re.compile(r"%[0-9A-F]{2}")
+#: A connection string's password (``host=db user=kimi password=PW``; ``Pwd=PW;`` in ODBC's).
+_KV_PASSWORD_RE = re.compile(r"(?<![\w-])(?i:password|passwd|pwd)=([^\s;'\"&]+)")
+
+
+def _url_passwords(word: str) -> set[str]:
+    """The passwords of the credential URLs in ``word``: up to the first "@" after the user
+    (:data:`SECRET_VALUE_RE`'s reading) and, when the host part holds another "@", up to the
+    last one (``u:p@ss@db``: a client reads "p@ss")."""
+    if "://" in word:  # each URL in the word, wherever it starts
+        matches = list(_URL_PASSWORD_RE.finditer(word))
+    else:  # a proxy's user:PASSWORD@host is the whole word
+        proxy = _PROXY_PASSWORD_RE.match(word)
+        matches = [proxy] if proxy else []
+    found: set[str] = set()
+    for m in matches:
+        found.add(m.group("pw"))
+        host = m.group("rest").split("/", 1)[0]
+        if "@" in host:
+            found.add(m.group("pw") + "@" + host.rpartition("@")[0])
+    return found
 
 
 def secret_parts(value: str) -> set[str]:
@@ -334,10 +361,11 @@ def secret_parts(value: str) -> set[str]:
     (a password written into a URL, a URL printed decoded), and the password of each credential
     URL in it, alone and in those forms (a client logs "authenticating with PASSWORD", or a
     URL's password percent-encoded). Parts shorter than :data:`MIN_MASK_LENGTH` are left out."""
-    passwords = (_URL_PASSWORD_RE.match(word) for word in value.split())
-    parts = {value} | {m.group("pw") for m in passwords if m}
+    parts = {value}.union(*(_url_passwords(word) for word in value.split()))
+    parts |= {m.group(1) for m in _KV_PASSWORD_RE.finditer(value)}
     parts |= {unquote(p) for p in parts}
-    parts |= {quote(p, safe="") for p in parts}
+    encoded = {quote(p, safe="") for p in parts}
+    parts |= encoded | {_PERCENT_RE.sub(lambda m: m.group(0).lower(), e) for e in encoded}
     return {p for p in parts if len(p) >= MIN_MASK_LENGTH}
 
 

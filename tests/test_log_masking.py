@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kimi_ops.profile import load_profile
-from kimi_ops.redact import Masker, config_secrets
+from kimi_ops.redact import Masker, config_secrets, is_secret_value, mask_shapes
 from tasks import steps
 from tasks.host import Host
 from tasks.testing import Reply, ScriptedConnection
@@ -112,3 +112,28 @@ def test_a_short_url_password_is_not_masked_everywhere() -> None:
     # "pw" masked by value would blank every "pw" in every line; the URL itself is still hidden
     mask = Masker(config_secrets({"env": {"PROXY": "http://u:pw@proxy.example:3128"}}, {}))
     assert mask("pwd is /srv; url http://u:pw@proxy.example:3128") == "pwd is /srv; url ***"
+
+
+def test_url_passwords_inside_a_word_with_an_at_sign_or_lowercase_hex_are_masked() -> None:
+    # red team round 3: a URL after "--db=" gave "//u:PW" as its password; "p@ss" was cut at
+    # its first "@"; a password percent-encoded in lowercase hex ("%2f") was shown
+    cases = [
+        ({"DB_OPTS": "--db=postgres://u:hunter22RT@db/x"}, "password hunter22RT", "hunter22RT"),
+        ({"DB_URL": "postgres://u:p@ssw0rd9RT@db/x"}, "password p@ssw0rd9RT", "ssw0rd9RT"),
+        ({"DB_URL": "https://u:pa/ss99RT@h/x"}, "enc pa%2fss99RT", "ss99RT"),
+    ]
+    for env, line, hidden in cases:
+        mask = Masker(config_secrets({"env": env}, {}))
+        assert hidden not in mask(line), (env, mask(line))
+
+
+def test_a_connection_strings_password_is_a_secret_by_its_shape() -> None:
+    # red team round 3: libpq's "host=db user=kimi password=PW" went into launch.sh and the
+    # diff in clear (the assignment rule called it secret, the value's shape did not)
+    value = "host=db user=kimi password=hunter22secretRT"
+    assert is_secret_value(value)
+    mask = Masker(config_secrets({"env": {"DB_CONN": value}}, {}))
+    assert "hunter22secretRT" not in mask("auth failed for password hunter22secretRT")
+    assert "hunter22secretRT" not in mask_shapes("dsn: host=db password=hunter22secretRT x=1")
+    # guard: a flag naming a password file, or the word alone, is no password
+    assert not is_secret_value("--password-file=/etc/x") and not is_secret_value("password= x")
