@@ -21,6 +21,7 @@ from .extra_args import check_extra_args, sets_max_model_len
 from .procs import norm_dir
 from .redact import (
     MASK,
+    MIN_MASK_LENGTH,
     Masker,
     flag_secrets,
     is_secret_env,
@@ -278,6 +279,27 @@ def _str(key: str, value: Any, *, optional: bool = False, nonempty: bool = True)
     return value
 
 
+def _no_secret_value_in_args(
+    args: tuple[str, ...], env: Mapping[str, str], api_key: str | None, patterns: Sequence[str]
+) -> None:
+    """ProfileError if an extra argument holds the value of a secret the profile knows (a
+    secret ``env`` value, ``api_key``): every extra argument is on the server's command line
+    (``ps``) and in launch.sh, which masking the diff would have hidden from the user."""
+    known = {f"env.{k}": v for k, v in env.items() if is_secret_env(k, v, patterns)}
+    if api_key:
+        known["api_key"] = api_key
+    for i, arg in enumerate(args):
+        for where, value in known.items():
+            if len(value) >= MIN_MASK_LENGTH and value in arg:
+                raise ProfileError(
+                    f"extra_args[{i}]",
+                    f"holds the value of the secret kimi.{where} (not shown): every extra "
+                    "argument is on the server's command line, visible in ps, and in launch.sh",
+                    hint="let the server read the secret from its environment (kimi.env, "
+                    "secret_env) rather than passing it as an argument",
+                )
+
+
 def _api_key(key: str, value: str | None) -> str | None:
     """The API key as given, unless it holds a control character (a newline, a tab): an HTTP
     header cannot carry one, so every request (verify's included) would fail on the client
@@ -471,6 +493,10 @@ def load_profile(
         if bad:
             raise ProfileError(f"host_overrides.{host}.{bad[0]}", "is not a known key")
 
+    env = _env("env", data["env"])
+    api_key = _api_key("api_key", _str("api_key", data["api_key"], optional=True))
+    extra_args = check_extra_args(_str_list("extra_args", data["extra_args"]))
+    _no_secret_value_in_args(extra_args, env, api_key, secret_patterns)
     return Profile(
         model=_str("model", data["model"]) or "",
         served_model_name=_str("served_model_name", data["served_model_name"]) or "",
@@ -481,8 +507,8 @@ def load_profile(
         tool_call_parser=_str("tool_call_parser", data["tool_call_parser"], optional=True),
         reasoning_parser=_str("reasoning_parser", data["reasoning_parser"], optional=True),
         trust_remote_code=_bool("trust_remote_code", data["trust_remote_code"]),
-        env=_env("env", data["env"]),
-        extra_args=check_extra_args(_str_list("extra_args", data["extra_args"])),
+        env=env,
+        extra_args=extra_args,
         run_dir=absolute_run_dir("run_dir", _str("run_dir", data["run_dir"]) or ""),
         keep_logs=keep_logs,
         startup_timeout=_num("startup_timeout", data["startup_timeout"]),
@@ -495,7 +521,7 @@ def load_profile(
         device=device,
         patch_kv_config=patch,
         max_model_len=max_model_len,
-        api_key=_api_key("api_key", _str("api_key", data["api_key"], optional=True)),
+        api_key=api_key,
         api_key_env=api_key_env,
         secret_env=secret_env,
         secret_patterns=secret_patterns,

@@ -198,3 +198,18 @@ def test_an_api_key_with_a_control_character_is_refused_unshown(key: str) -> Non
     with pytest.raises(ProfileError) as from_env:
         secret_env_values(profile, {"MY_KEY": key})
     assert "12345" not in str(from_env.value) and from_env.value.key == "api_key_env"
+
+
+def test_an_extra_argument_holding_a_known_secret_value_is_refused_unshown() -> None:
+    # red team round 3: the diff showed "--chat-template-content-format ***" and launch.sh
+    # (and ps) held the secret in clear
+    for config in (
+        {"env": {"MY_SECRET": "tokvalue1234"}, "extra_args": ["--served-x", "tokvalue1234"]},
+        {"api_key": "k-tokvalue1234", "extra_args": ["--x=k-tokvalue1234"]},
+    ):
+        with pytest.raises(ProfileError) as err:
+            load_profile(config)
+        assert "tokvalue1234" not in str(err.value) and "extra_args[" in err.value.key
+    # guard: a public env value may be repeated in an argument
+    ok = load_profile({"env": {"MODEL_TAG": "tokvalue1234"}, "extra_args": ["tokvalue1234"]})
+    assert ok.extra_args == ("tokvalue1234",)
