@@ -33,7 +33,7 @@ from .procs import (
     read_pidfile_command,
 )
 from .profile import Profile
-from .rundir import absolute_run_dir
+from .rundir import absolute_run_dir, private_dir_test
 from .shell import quote as q
 
 RAY_DIR = "ray"  # the node's files live in <run_dir>/ray
@@ -274,8 +274,12 @@ def ray_launch_command(
     argv = ray_start_argv(cluster, node, ray_exe, num_gpus, rdir)
     assigns = " ".join(f"{k}={q(v)}" for k, v in sorted(env.items()))
     r = q(rdir)
+    temp = node.temp_dir or rdir + "/tmp"
+    # Ray (as root, often) keeps its sockets and session files in temp_dir: one another user
+    # can write, or under a parent they can, would let them into the cluster's processes
     return (
-        f"mkdir -p -m 700 {r} {q(node.temp_dir or rdir + '/tmp')} && cd {r} && : > {RAY_LOG} && "
+        f"mkdir -p -m 700 {r} {q(temp)} && {{ {private_dir_test(temp, 'temp_dir')}; }} && "
+        f"cd {r} && : > {RAY_LOG} && "
         f"printf '%s\\n' {q(launch_id)} > {RAY_LAUNCH_ID} && "
         f"{{ setsid nohup env {assigns} {' '.join(q(a) for a in argv)} >> {RAY_LOG} 2>&1 "
         f'< /dev/null & echo $! > {RAY_PIDFILE}; echo "pid=$!"; }}'

@@ -263,16 +263,17 @@ def check_run_dir(facts: RunDirFacts, run_dir: str) -> RunDirVerdict:
     return RunDirVerdict(real, tuple(problems), "; ".join(dict.fromkeys(hints)))
 
 
-def private_dir_test(run_dir: str) -> str:
+def private_dir_test(run_dir: str, what: str = "run_dir") -> str:
     """A shell test, for right after ``mkdir -p -m 700 run_dir``: true only if run_dir is a
     directory (not a symlink) owned by the connecting user and writable by no group or other
     user, and every ancestor is still a directory (not a symlink) owned by root or that user
     and writable by no group or other user unless sticky (as :func:`check_run_dir` asks), so a
     directory someone else created between the check and the mkdir is refused: run_dir itself,
-    or a missing parent made in a sticky ``/tmp`` (its owner could rename run_dir away)."""
+    or a missing parent made in a sticky ``/tmp`` (its owner could rename run_dir away).
+    ``what`` names the directory in the message (a Ray node's ``temp_dir``)."""
     r = quote(run_dir)
-    why = quote(f"run_dir {run_dir} is not a directory only you can write (changed meanwhile?)")
-    parent = quote(f"a parent directory of run_dir {run_dir} is not safe (changed meanwhile?)")
+    why = quote(f"{what} {run_dir} is not a directory only you can write (changed meanwhile?)")
+    parent = quote(f"a parent directory of {what} {run_dir} is not safe (changed meanwhile?)")
     return (
         f"[ -d {r} ] && [ ! -L {r} ] && [ -O {r} ] && "
         f"[ $(( 0$(stat -c %a -- {r}) & 18 )) -eq 0 ] || {{ echo {why} >&2; false; }} && "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -249,3 +250,25 @@ def test_reach_command_says_whether_the_port_answers() -> None:
     )
     reach = cl.parse_kv(out.stdout)["reach"]
     assert reach.startswith("fail:") and "Connection refused" in reach, reach
+
+
+def test_ray_start_refuses_a_temp_dir_another_user_can_write(tmp_path: Path) -> None:
+    # red team round 3: Ray (root) keeps its sockets and session files in temp_dir, which was
+    # created with mkdir -p and never checked: a world-writable one was used as it was
+    import dataclasses
+    import subprocess
+
+    c = make()
+    rdir = tmp_path / "run" / "ray"
+    for mode, ok in ((0o777, False), (0o700, True)):
+        temp = tmp_path / f"temp{mode:o}"
+        temp.mkdir()
+        temp.chmod(mode)
+        node = dataclasses.replace(c.head, temp_dir=str(temp))
+        fake_ray = tmp_path / "ray"  # the command runs it detached; a no-op stands in
+        fake_ray.write_text("#!/bin/sh\nexit 0\n")
+        fake_ray.chmod(0o755)
+        cmd = cl.ray_launch_command(c, node, str(fake_ray), 0, str(rdir), "L1")
+        done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=30)
+        assert (done.returncode == 0) is ok, done.stderr
+        assert ("temp_dir " in done.stderr) is not ok, done.stderr
