@@ -14,6 +14,7 @@ preflight report leave secret-named values out by construction; this is the net 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from kimi_ops.redact import (
+    MASK,
     Masker,
     config_secret_names,
     config_secrets,
@@ -41,15 +43,44 @@ def hide(masker: Masker, text: str) -> str:
     return mask_shapes(masker(text), NAMES)
 
 
+def _masked_values(masker: Masker, value: Any) -> Any:
+    """A JSON document's data with each string (and each number that is a secret) hidden."""
+    if isinstance(value, str):
+        return hide(masker, value)
+    if isinstance(value, dict):
+        return {hide(masker, k): _masked_values(masker, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked_values(masker, v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value if hide(masker, str(value)) == str(value) else MASK
+    return value  # null, true, false: they show no secret
+
+
+def hide_json(masker: Masker, text: str) -> str | None:
+    """``text`` (a whole JSON document, as ``--json`` prints it) with its values masked, still
+    valid JSON: masking the text would turn a secret equal to a JSON word or number (``null``,
+    ``1234``) into a bare ``***``. None if ``text`` is no JSON document."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    indent = 2 if "\n" in text.strip() else None
+    return json.dumps(_masked_values(masker, data), indent=indent)
+
+
 class MaskingStream:
-    """A text stream that masks secrets in everything written to it."""
+    """A text stream that masks secrets in everything written to it (a JSON document by its
+    values: :func:`hide_json`)."""
 
     def __init__(self, stream: TextIO, masker: Masker) -> None:
         self._stream = stream
         self._masker = masker
 
     def write(self, text: str) -> int:
-        self._stream.write(hide(self._masker, text))
+        as_json = hide_json(self._masker, text)
+        self._stream.write(hide(self._masker, text) if as_json is None else as_json)
         return len(text)
 
     def writelines(self, lines: Any) -> None:

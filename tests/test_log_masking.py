@@ -137,3 +137,27 @@ def test_a_connection_strings_password_is_a_secret_by_its_shape() -> None:
     assert "hunter22secretRT" not in mask_shapes("dsn: host=db password=hunter22secretRT x=1")
     # guard: a flag naming a password file, or the word alone, is no password
     assert not is_secret_value("--password-file=/etc/x") and not is_secret_value("password= x")
+
+
+def test_json_output_stays_valid_json_when_a_secret_is_a_json_word_or_number() -> None:
+    # red team round 3: a URL password "null" (or a number that is also a PID) turned
+    # `"report": null` into `"report": ***` in --json output, and the exit code stayed 0
+    import io
+    import json
+
+    from tasks.masking import MaskingStream
+
+    out = io.StringIO()
+    stream = MaskingStream(out, Masker(config_secrets({"env": {"DB": "pg://u:null@db/x"}}, {})))
+    doc = {"report": None, "pid": 4242, "note": "dsn pg://u:null@db/x", "ok": True}
+    print(json.dumps(doc, indent=2), file=stream)
+    shown = json.loads(out.getvalue())
+    assert shown["report"] is None and shown["pid"] == 4242 and shown["ok"] is True
+    assert "null@" not in shown["note"]
+    number = io.StringIO()
+    print(json.dumps({"pid": 4242}), file=MaskingStream(number, Masker(["4242"])))
+    assert json.loads(number.getvalue()) == {"pid": "***"}
+    # guard: text that is no JSON document is masked as text
+    plain = io.StringIO()
+    print("pid 4242 {not json", file=MaskingStream(plain, Masker(["4242"])))
+    assert plain.getvalue() == "pid *** {not json\n"
