@@ -26,6 +26,7 @@ from standin.frames import (
 from standin.gpustate import update_state
 from standin.httpapi import StandinApp, StandinHTTPServer
 from standin.logfmt import Role, plain
+from standin.procs import fork_child
 from standin.ray_join import RayExecutor
 from standin.shm import create_shm_files, remove_files
 from standin.startup import (
@@ -221,25 +222,19 @@ class Server:
             return 0
         self.shm = create_shm_files(cfg["shm_dir"], 2 if plan.world > 1 else 1, api)
         rfd, wfd = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # engine-core child: never returns into the parent's code
-            code = 1
+
+        def engine_core() -> int:  # the child: never returns into the parent's code
+            os.close(rfd)
+            sock.close()
             try:
-                os.close(rfd)
-                sock.close()
-                code = Engine(plan, wfd, self.shm, api.pid).run()
+                return Engine(plan, wfd, self.shm, api.pid).run()
             except BaseException:
                 import traceback
 
                 traceback.print_exc()
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(code)
-        self.engine_pid = pid
+                return 1
+
+        self.engine_pid = fork_child(engine_core)
         os.close(wfd)
         try:
             return self._supervise(plan, rfd, sock)

@@ -33,6 +33,7 @@ MODULES = (
     "shm",
     "startup",
     "ray_join",
+    "procs",
     "engine",
     "httpapi",
     "apiserver",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -33,22 +34,8 @@ from standin.frames import (
 )
 from standin.gpustate import pid_alive, read_state
 from standin.logfmt import GIB, Role, plain, tqdm_text
+from standin.procs import fork_child, set_comm, worker_main
 from standin.startup import Plan
-
-
-def set_comm(title: str) -> None:
-    """vLLM's setproctitle ("VLLM::Worker_TP0"); only the 15-char kernel comm can be set."""
-    with contextlib.suppress(OSError), open("/proc/self/comm", "w", encoding="utf-8") as fh:
-        fh.write(title[:15])
-
-
-def worker_main(parent: int, rank: int) -> int:
-    set_comm(f"VLLM::Worker_TP{rank}")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    while os.getppid() == parent:  # exit when the engine core goes away
-        time.sleep(0.5)
-    return 0
 
 
 class Engine:
@@ -84,9 +71,16 @@ class Engine:
         for pid in self.workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5.0
         for pid in self.workers:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+                while not os.waitpid(pid, os.WNOHANG)[0]:
+                    if time.monotonic() >= deadline:  # a worker that ignored SIGTERM
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                        break
+                    time.sleep(0.02)
         self.workers = []
         raise SystemExit(code)
 
@@ -227,23 +221,16 @@ V/v1/executor/multiproc_executor.py:360 in collective_rpc
         set_comm("VLLM::EngineCore")
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API server stops us with SIGTERM
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop", True))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by fork_child
         gpu_pids: dict[int, int] = {}
         gpu_names: dict[str, str] = {}
         try:
             if plan.world > 1:
                 me = os.getpid()
                 for rank in range(plan.world):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    pid = os.fork()
-                    if pid == 0:
-                        code = 1
-                        try:
-                            os.close(self.wfd)
-                            code = worker_main(me, rank)
-                        finally:
-                            os._exit(code)
-                    self.workers.append(pid)
+                    self.workers.append(
+                        fork_child(functools.partial(worker_main, me, rank), (self.wfd,))
+                    )
                 for rank, gpu in enumerate(plan.gpus):
                     gpu_pids[gpu] = self.workers[rank]
                     gpu_names[str(gpu)] = f"VLLM::Worker_TP{rank}"

@@ -809,3 +809,36 @@ def test_listen_failure_can_follow_startup_complete(case: Case) -> None:
         assert s.wait_exit() == 1
     log = s.log()
     assert log.index(READY) < log.index("[Errno 98] error while attempting to bind on address")
+
+
+def test_a_sigterm_right_after_the_fork_waits_for_the_childs_own_handler() -> None:
+    """An engine that fails at once SIGTERMs workers that may not have set their handler yet
+    (a loaded machine): the signal must wait for it, not run the parent's copy and be lost
+    (the stand-in then waited for its workers forever; CI 2026-12-06, 'timed out after 10.0')."""
+    from standin.procs import fork_child
+
+    seen: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda *_: seen.append(1))  # like the engine's flag
+
+    def slow_worker() -> int:
+        time.sleep(0.3)  # not yet scheduled when the SIGTERM comes
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(7))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        time.sleep(5.0)
+        return 0
+
+    try:
+        pid = fork_child(slow_worker)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3.0
+        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not done[0]:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert done[0] == pid, "the child ran the parent's handler and kept sleeping"
+        assert os.waitstatus_to_exitcode(done[1]) == 7
+        assert seen == []  # the parent was not signalled; its mask is as it was
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    finally:
+        signal.signal(signal.SIGTERM, old)
