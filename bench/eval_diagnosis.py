@@ -101,6 +101,7 @@ BLIND_SETS: dict[str, tuple[str, str | None]] = {
     "blind-zp": ("15839cc", "399df95"),
     "blind-zq": ("77a9b33", "c1c22e7"),
     "blind-zr": ("b74e6c7", "b68aa7d"),
+    "blind-zs": ("c39ce82", None),
 }
 
 
