@@ -312,10 +312,21 @@ _MIN_WRAP = 60
 _BARE_HEAD_RE = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) .*\[[\w.\-]+:\d+\]$")
 
 
+#: A line that ends inside a chain of bracket tags glued together (the heads of HCCL's and
+#: other C++ loggers: "[3154][TaskExecStage]"), and a piece that goes on with one more glued tag
+#: ("[Timeout][AICPU]Task run failed"): a wrap cut the chain, no record starts there.
+_TAG_CHAIN_END_RE = re.compile(r"\][\w.\-]*\[[^\[\]\s]+\]$")
+_TAG_CHAIN_GOES_ON_RE = re.compile(r"\[[^\[\]\s]+\][\[\w]")
+
+
 def _continues(prev: str, line: str, lead: re.Pattern[str] | None) -> bool:
     """Is ``line`` the rest of ``prev``, a line a hard wrap cut?"""
-    return not _starts_record(line, lead) or (
-        prev.endswith("]") and _BARE_HEAD_RE.search(prev) is not None
+    if not _starts_record(line, lead):
+        return True
+    if not prev.endswith("]"):
+        return False
+    return _BARE_HEAD_RE.search(prev) is not None or (
+        _TAG_CHAIN_END_RE.search(prev) is not None and _TAG_CHAIN_GOES_ON_RE.match(line) is not None
     )
 
 
