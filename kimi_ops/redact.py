@@ -112,13 +112,47 @@ def redact_env(
 _ASSIGNMENT_RE = re.compile(
     r"(?<![-.\w/])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\$'(?:[^'\\]|\\.)*'|'[^']*'|\"(?:[^\"\\]|\\.)*\"|[^\s;&|]+)"
 )
-#: A secret flag (:data:`SECRET_FLAGS`, ``-`` or ``_`` between its words, as vLLM reads it)
-#: and its value, in a command line.
+
+
+def _prefix_re(flag: str) -> str:
+    """A regex for ``flag`` and every abbreviation of it (``--a``, ``--ap`` ... ``--api-key``),
+    ``-`` or ``_`` between its words, as vLLM's parser reads it (argparse's ``allow_abbrev``)."""
+    tail = ""
+    for ch in reversed(flag[3:]):
+        tail = f"(?:{'[-_]' if ch == '-' else re.escape(ch)}{tail})?"
+    return re.escape(flag[:3]) + tail
+
+
+#: vLLM's secret flags that take one value or more (``--api-key K1 K2``: nargs "+").
+_MANY_VALUED = ("--api-key",)
+_WORD = r"(?:'[^']*'|\"[^\"]*\"|\S+)"
+_ITEM = r"(?:'[^']*'|\"[^\"]*\")"  # an item of a list's repr or JSON
+#: A secret flag (:data:`SECRET_FLAGS`) or an abbreviation of one (``--api-ke``, ``--hf_tok``:
+#: the flags :func:`spelled_flag` reads as secret, which ``extra_args`` refuses), and its value;
+#: in the space form (and in an argv list's repr or JSON: ``'--api-ke', 'KEY'``) also the
+#: words after it that are no flag (further ``--api-key`` values).
+#: No complete flag of vLLM's but the secret ones abbreviates one (``--api-server-count`` does
+#: not), and an ambiguous abbreviation (``--api``) is an error in vLLM's parser.
 _SECRET_FLAG_RE = re.compile(
     r"(?P<flag>"
-    + "|".join("--" + re.escape(f[2:]).replace(r"\-", "[-_]") for f in SECRET_FLAGS)
-    + r")(?P<sep>=|\s+)(?P<value>'[^']*'|\"[^\"]*\"|\S+)"
+    + "|".join(_prefix_re(f) for f in SECRET_FLAGS)
+    + rf")(?:(?P<eq>=){_WORD}"
+    + rf"|(?P<ls>['\"],\s*){_ITEM}(?P<items>(?:,\s*(?!['\"]-){_ITEM})*)"
+    + rf"|(?P<sp>\s+){_WORD}(?P<more>(?:[ \t]+(?!-){_WORD})*))"
 )
+
+
+def _mask_flag(m: re.Match[str]) -> str:
+    """A :data:`_SECRET_FLAG_RE` match with its value hidden, and every further value of a flag
+    that takes several (``--api-key``); a flag's later words otherwise kept."""
+    flag = m.group("flag")
+    many = spelled_flag(flag, _MANY_VALUED) is not None
+    if m.group("eq"):
+        return f"{flag}={MASK}"
+    if m.group("ls"):  # in a list: keep its quotes
+        sep = m.group("ls")
+        return f"{flag}{sep}{sep[0]}{MASK}{sep[0]}" + ("" if many else m.group("items"))
+    return f"{flag}{m.group('sp')}{MASK}" + ("" if many else m.group("more"))
 
 
 def _named_value_re(names: Iterable[str]) -> re.Pattern[str]:
@@ -152,7 +186,7 @@ def mask_shapes(text: str, names: Iterable[str] = ()) -> str:
         return m.group(0) if shown in _NO_VALUE else f"{m.group('head')}{MASK}"
 
     text = named.sub(value, text)
-    text = _SECRET_FLAG_RE.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{MASK}", text)
+    text = _SECRET_FLAG_RE.sub(_mask_flag, text)
     return SECRET_VALUE_RE.sub(MASK, text)
 
 
