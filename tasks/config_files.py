@@ -5,9 +5,12 @@ Invoke loads the runtime file (``fab -f FILE``) and the project's ``fabric.yaml`
 imported this package (``Program.update_config`` and ``load_collection``). On its own it skips a
 missing ``-f`` file silently (an ``ENOENT`` is "no such config", so every default applies),
 keeps unknown top-level sections (``kim:`` instead of ``kimi:``), and lets a parser error escape
-as a traceback. :func:`install` wraps those loaders on ``fabric.Config`` so each of these raises
-``invoke.Exit`` with one line. (``~/.fabric.yaml`` and ``/etc/fabric.yaml`` are read before any
-fabfile is imported: their syntax errors stay Invoke's.)
+as a traceback. Nor does it catch a file whose key holds a list or a scalar where a lower level
+holds a mapping (``kimi: {env: []}`` over ``~/.fabric.yaml``'s ``env``): its merge raises
+``AmbiguousMergeError``, whose message is the repr of both values (the lower level's secrets).
+:func:`install` wraps those loaders and the merge on ``fabric.Config`` so each of these raises
+``invoke.Exit`` with one line, naming the file and the key, never a value. (``~/.fabric.yaml``
+and ``/etc/fabric.yaml`` are read before any fabfile is imported: their errors stay Invoke's.)
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fabric import Config
+from invoke.config import AmbiguousMergeError
 from invoke.exceptions import Exit
 from invoke.util import yaml  # type: ignore[attr-defined]  # Invoke vendors PyYAML
 
@@ -97,6 +101,115 @@ def _load_project(original: Callable[..., None]) -> Callable[..., None]:
     return load_project
 
 
+#: Config levels in the order :meth:`invoke.config.Config.merge` merges them: attribute, and
+#: what to call a level that is no file.
+_LEVELS: tuple[tuple[str, str], ...] = (
+    ("defaults", "the defaults"),
+    ("collection", "the task collection's configuration"),
+    ("system", ""),
+    ("user", ""),
+    ("project", ""),
+    ("env", "the environment variables (INVOKE_*)"),
+    ("runtime", ""),
+    ("overrides", "the command line"),
+    ("modifications", "the values set at run time"),
+)
+
+
+def _kind(value: Any) -> str:
+    """What a value is, in a profile's words (never the value itself)."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "boolean"
+    for kinds, name in (
+        (Mapping, "mapping"),
+        ((list, tuple), "list"),
+        (str, "string"),
+        ((int, float), "number"),
+    ):
+        if isinstance(value, kinds):
+            return name
+    return type(value).__name__
+
+
+def _key(path: tuple[Any, ...]) -> str:
+    return ".".join(k if isinstance(k, str) and k.isprintable() else repr(k) for k in path)
+
+
+def _source(config: Any, level: str, desc: str) -> str:
+    if desc:
+        return desc
+    return f"config file {getattr(config, f'_{level}_path', None) or level}"
+
+
+def _first_conflict(
+    base: dict[Any, Any], data: Mapping[Any, Any], path: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], Any, Any] | None:
+    """Merge ``data`` into ``base`` as Invoke's ``merge_dicts`` does; the first key where one
+    side is a mapping and the other is not: (its path, the base's value, ``data``'s)."""
+    for key, value in data.items():
+        here = (*path, key)
+        if key in base and isinstance(base[key], dict) != isinstance(value, dict):
+            return here, base[key], value
+        if isinstance(value, dict):
+            found = _first_conflict(base.setdefault(key, {}), value, here)
+            if found is not None:
+                return found
+        else:
+            base[key] = value
+    return None
+
+
+def merge_error(config: Any) -> Exit:
+    """The one line that says which file gives which key the wrong kind of value (a list or a
+    scalar where a lower level has a mapping, or the other way round), never a value."""
+    merged: dict[Any, Any] = {}
+    seen: dict[tuple[Any, ...], str] = {}  # key path -> the level that gave it last
+    for level, desc in _LEVELS:
+        data = getattr(config, f"_{level}", None)
+        if not isinstance(data, Mapping):
+            continue
+        found = _first_conflict(merged, data, ())
+        here = _source(config, level, desc)
+        if found is not None:
+            path, lower, value = found
+            where = f"error: {here}"
+            if isinstance(lower, dict):
+                return Exit(f"{where}: {_key(path)} must be a mapping, got {_kind(value)}", code=1)
+            below = seen.get(path, "a lower level")
+            return Exit(
+                f"{where}: {_key(path)} is a mapping, but {below} gives it as {_kind(lower)}: "
+                "one of them is wrong",
+                code=1,
+            )
+        _mark(seen, data, (), here)
+    return Exit(
+        "error: the configuration files cannot be merged (a key is a mapping in one "
+        "and not in another)",
+        code=1,
+    )
+
+
+def _mark(
+    seen: dict[tuple[Any, ...], str], data: Mapping[Any, Any], path: tuple[Any, ...], src: str
+) -> None:
+    for key, value in data.items():
+        seen[(*path, key)] = src
+        if isinstance(value, Mapping):
+            _mark(seen, value, (*path, key), src)
+
+
+def _checked_merge(original: Callable[[Any], None]) -> Callable[[Any], None]:
+    def merge(self: Any) -> None:
+        try:
+            original(self)
+        except AmbiguousMergeError:  # its message shows both values: never print it
+            raise merge_error(self) from None
+
+    return merge
+
+
 def install() -> None:
     """Wrap fabric.Config's file loaders (once)."""
     if getattr(Config, "_kimi_ops_checked", False):
@@ -106,4 +219,5 @@ def install() -> None:
     Config._load_json = _checked_loader(Config._load_json)  # type: ignore[method-assign]
     Config.load_runtime = _load_runtime(Config.load_runtime)  # type: ignore[method-assign]
     Config.load_project = _load_project(Config.load_project)  # type: ignore[method-assign]
+    Config.merge = _checked_merge(Config.merge)  # type: ignore[method-assign]
     Config._kimi_ops_checked = True  # type: ignore[attr-defined]
