@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,12 +72,37 @@ def backup_command(directory: str, names: Sequence[str], token: str) -> str:
     return " && ".join(parts)
 
 
-def restore_command(directory: str, names: Sequence[str]) -> str:
+#: restore_command prints this and the file's name when the file changed since it was read.
+CHANGED_MARK = "@@kimi-ops-changed:"
+
+
+def _holds(path: str, digest: str | None) -> str:
+    """A test: the file at (quoted) ``path`` has sha256 ``digest`` (None: it does not exist)."""
+    if digest is None:
+        return f"[ ! -e {path} ]"
+    return f'[ "$(sha256sum < {path} 2>/dev/null)" = "{digest}  -" ]'
+
+
+def restore_command(
+    directory: str,
+    names: Sequence[str],
+    read: Mapping[str, tuple[str | None, str | None]] | None = None,
+) -> str:
     """The shell command that moves each backup back over its file (atomic rename, backup
-    gone); a backup another run restored first is no failure."""
+    gone); a backup another run restored first is no failure.
+
+    ``read``: name -> sha256 of (the file, its backup) as read. Then first, for every file,
+    either both still hold that, or the restore is already done (no backup, the file holds
+    the backup's bytes); else nothing is moved, :data:`CHANGED_MARK` names the file, exit 1."""
     parts = []
     for name in names:
         f, b = quote(f"{directory}/{name}"), quote(f"{directory}/{backup_name(name)}")
+        if read is not None:
+            file_digest, backup_digest = read[name]
+            same = f"{_holds(f, file_digest)} && {_holds(b, backup_digest)}"
+            done = f"[ ! -e {b} ] && {_holds(f, backup_digest)}"
+            mark = quote(CHANGED_MARK + name)
+            parts.insert(0, f"{{ {{ {same}; }} || {{ {done}; }} || {{ echo {mark}; false; }}; }}")
         parts.append(f"{{ mv -f -- {b} {f} || [ ! -e {b} ]; }}")
     return " && ".join(parts)
 

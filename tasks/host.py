@@ -10,6 +10,8 @@ every key is replaced).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import codecs
 import hashlib
 import logging
@@ -19,7 +21,7 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,11 +69,33 @@ class Output:
 
 @dataclass(frozen=True)
 class FileInfo:
-    """A file read from the host: its text (None when missing) and permission bits."""
+    """A file read from the host: its bytes, exactly (None when missing), and permission bits."""
 
     path: str
-    text: str | None
+    data: bytes | None
     mode: int | None
+
+    @property
+    def text(self) -> str | None:
+        """The bytes as UTF-8 text (a byte that is not UTF-8 shows as U+FFFD: for display)."""
+        return None if self.data is None else self.data.decode("utf-8", errors="replace")
+
+    @property
+    def digest(self) -> str | None:
+        """sha256 of the bytes read (None when missing), for :meth:`Host.put_files`'s check."""
+        return None if self.data is None else hashlib.sha256(self.data).hexdigest()
+
+
+class FilesChanged(StepFailed):
+    """:meth:`Host.put_files` replaced nothing: a target no longer holds what was read
+    (``changed``), or a file that had to exist is gone (``missing``)."""
+
+    def __init__(self, step: str, changed: list[str], missing: list[str], command: str) -> None:
+        what = [f"{p} changed since it was read" for p in changed]
+        what += [f"{p} is gone" for p in missing]
+        super().__init__(step, "; ".join(what) + "; no file was replaced", command=command)
+        self.changed = changed
+        self.missing = missing
 
 
 class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
@@ -387,7 +411,8 @@ class Host:
     def read_files(
         self, paths: Sequence[str], *, step: str, require_dir: str | None = None
     ) -> dict[str, FileInfo]:
-        """Several files' text and mode in one round trip (missing files: ``text`` None).
+        """Several files' bytes and mode in one round trip (missing files: ``data`` None). The
+        bytes travel base64-encoded, so they arrive exactly (a byte that is not UTF-8 too).
 
         With ``require_dir``, a missing directory raises StepFailed naming it.
         """
@@ -399,7 +424,8 @@ class Host:
         for i, path in enumerate(paths):
             qp = quote(path)
             parts.append(
-                f'if [ -f {qp} ]; then echo "{mark}:{i}:$(stat -c %a {qp})"; cat {qp}; '
+                f'if [ -f {qp} ]; then echo "{mark}:{i}:$(stat -c %a {qp})"; '
+                f"base64 -w0 < {qp} || echo {mark}:{i}:unreadable; echo; "
                 f"else echo {mark}:{i}:missing; fi"
             )
         out = self.run("; ".join(parts), step=step, check=False, mutating=False)
@@ -411,10 +437,6 @@ class Host:
                 exited=out.exited,
                 hint="check the path in the profile (kimi.model is the checkpoint directory)",
             )
-        if not out.ok:
-            raise StepFailed(
-                step, "cannot read files", command=out.command, exited=out.exited, stderr=out.stderr
-            )
         result: dict[str, FileInfo] = {}
         chunks = out.stdout.split(mark + ":")[1:]
         for chunk in chunks:
@@ -423,15 +445,42 @@ class Host:
             path = paths[int(index)]
             if mode == "missing":
                 result[path] = FileInfo(path, None, None)
-            else:
-                # cat adds nothing, and the next marker's echo starts right after the content
-                result[path] = FileInfo(path, body, int(mode, 8) if mode.isdigit() else None)
+                continue
+            try:
+                data = base64.b64decode(body.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                data = None
+            if mode == "unreadable" or data is None:
+                raise StepFailed(
+                    step,
+                    f"cannot read {path}" + _last_words(out.stderr),
+                    command=out.command,
+                    exited=out.exited,
+                    stderr=out.stderr,
+                )
+            result[path] = FileInfo(path, data, int(mode, 8) if mode.isdigit() else None)
+        if not out.ok or len(result) != len(paths):
+            raise StepFailed(
+                step, "cannot read files", command=out.command, exited=out.exited, stderr=out.stderr
+            )
         return result
 
-    def put_files(self, items: Sequence[tuple[bytes, str, int]], *, step: str) -> None:
+    def put_files(
+        self,
+        items: Sequence[tuple[bytes, str, int]],
+        *,
+        step: str,
+        expect: Mapping[str, Sequence[str]] | None = None,
+        require: Sequence[str] = (),
+    ) -> None:
         """Upload files atomically: each to a temporary name in its directory (mode set before
         the bytes are written), then ONE command checks every checksum and renames them into
-        place. A failed upload or checksum leaves every previous file untouched."""
+        place. A failed upload or checksum leaves every previous file untouched.
+
+        Compare and swap: ``expect`` maps a target to the sha256 digests it may hold now (what
+        was read, or already the new bytes), ``require`` names files that must still exist (a
+        backup); checked in that same command. If one does not hold, nothing is replaced and
+        :class:`FilesChanged` names it."""
         if not items:
             return
         if self.dry:
@@ -483,13 +532,29 @@ class Host:
         )
         tmps = " ".join(q(t) for _, t, _ in staged)
         all_prevs = " ".join(q(p) for p in prevs)
+        cas_paths = list((expect or {}).items())
+        cas = [
+            f'{{ case "$(sha256sum < {q(path)} 2>/dev/null)" in '
+            + "|".join(f'"{d}  -"' for d in digests)
+            + f") ;; *) echo @@kimi-ops-changed:{i}; false;; esac; }}"
+            for i, (path, digests) in enumerate(cas_paths)
+        ]
+        cas += [
+            f"{{ [ -e {q(path)} ] || {{ echo @@kimi-ops-missing:{i}; false; }}; }}"
+            for i, path in enumerate(require)
+        ]
         check = self.run(
-            f"n=0; {keep} && {sums} && {moves}"
+            f"n=0; {' && '.join([*cas, keep])} && {sums} && {moves}"
             f" && {{ rm -f {all_prevs}; true; }}"
             f" || {{ rm -f -- {tmps}; {undo}; rm -f {all_prevs}; exit 1; }}",
             step=step,
             check=False,
         )
+        said = check.stdout.splitlines()
+        changed = [p for i, (p, _) in enumerate(cas_paths) if f"@@kimi-ops-changed:{i}" in said]
+        missing = [p for i, p in enumerate(require) if f"@@kimi-ops-missing:{i}" in said]
+        if not check.ok and (changed or missing):
+            raise FilesChanged(step, changed, missing, check.command)
         if not check.ok:
             names = ", ".join(path for _, _, path in staged)
             stuck = [

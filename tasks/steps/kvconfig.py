@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 
 from kimi_ops import kvpatch
@@ -9,7 +10,7 @@ from kimi_ops.errors import StepFailed
 from kimi_ops.profile import Profile
 from kimi_ops.result import StepResult, changed, ok, skipped
 
-from ..host import FileInfo, Host
+from ..host import FileInfo, FilesChanged, Host
 
 
 def _model_files(h: Host, p: Profile, step: str) -> dict[str, FileInfo]:
@@ -33,7 +34,7 @@ def patch_kv_config(
     if restore:
         return _restore(h, p, files, step)
     try:
-        patches = kvpatch.plan_patch({n: files[n].text for n in kvpatch.KV_KEYS})
+        patches = kvpatch.plan_patch({n: _utf8(files[n], step) for n in kvpatch.KV_KEYS})
     except kvpatch.ConfigPatchError as exc:
         raise StepFailed(
             step, f"{p.model}/{exc.message}", hint=exc.hint or "nothing was changed"
@@ -55,8 +56,32 @@ def patch_kv_config(
     uploads = [
         (fp.new.encode(), f"{p.model}/{fp.name}", files[fp.name].mode or 0o644) for fp in todo
     ]
+    # Compare and swap: each file must still be what was read (or already the patched text,
+    # another host's same patch) and its backup must still exist: a `--restore` or an edit
+    # from another host of a shared model directory in between is never overwritten.
+    expect = {
+        f"{p.model}/{fp.name}": [str(files[fp.name].digest), _sha256(fp.new.encode())]
+        for fp in todo
+    }
+    backups = [f"{p.model}/{kvpatch.backup_name(fp.name)}" for fp in todo]
     try:
-        h.put_files(uploads, step=step)
+        h.put_files(uploads, step=step, expect=expect, require=backups)
+    except FilesChanged as exc:
+        changed_ = [n.rsplit("/", 1)[-1] for n in exc.changed]
+        gone = [n.rsplit("/", 1)[-1] for n in exc.missing]
+        names = [*changed_, *(n.removesuffix(kvpatch.backup_name("")) for n in gone)]
+        raise StepFailed(
+            step,
+            f"{', '.join(dict.fromkeys(names))} changed while patching ("
+            + "; ".join(
+                [f"{n} is not what was read" for n in changed_]
+                + [f"its backup {n} is gone: another run restored it?" for n in gone]
+            )
+            + "); nothing was replaced",
+            command=exc.command,
+            hint="another host sharing the model directory, or an edit, changed it meanwhile: "
+            "run `fab patch-kv-config` again once it is done",
+        ) from exc
     except StepFailed as exc:
         raise StepFailed(
             step,
@@ -74,6 +99,27 @@ def patch_kv_config(
     )
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _utf8(info: FileInfo, step: str) -> str | None:
+    """The file's text; a file that is not UTF-8 is refused: the edit is textual, and a byte
+    that does not decode would be rewritten elsewhere in the file, unseen in the diff."""
+    if info.data is None:
+        return None
+    try:
+        return info.data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StepFailed(
+            step,
+            f"{info.path} is not valid UTF-8 (byte 0x{info.data[exc.start]:02x} at offset "
+            f"{exc.start}); nothing was changed",
+            hint="the patch edits the file as UTF-8 text and would rewrite that byte; convert "
+            "the file to UTF-8 (or remove the KV-cache setting by hand)",
+        ) from None
+
+
 def _restore(h: Host, p: Profile, files: dict[str, FileInfo], step: str) -> StepResult:
     """Move each backup back over its file: byte for byte, atomic (rename), backup gone."""
     restored: list[str] = []
@@ -89,5 +135,26 @@ def _restore(h: Host, p: Profile, files: dict[str, FileInfo], step: str) -> Step
         return ok(step, "no backups to restore: the checkpoint was not patched by kimi-ops")
     if h.dry:
         return skipped(step, "dry run: would restore " + ", ".join(restored), diff="".join(diffs))
-    h.run(kvpatch.restore_command(p.model, restored), step=step)
+    # Compare and swap: each file and its backup must still be what was read (or the restore
+    # already done by another run), else nothing is moved: an edit in between is not lost.
+    read = {n: (files[n].digest, files[kvpatch.backup_name(n)].digest) for n in restored}
+    out = h.run(kvpatch.restore_command(p.model, restored, read), step=step, check=False)
+    if not out.ok:
+        moved = [n for n in restored if f"{kvpatch.CHANGED_MARK}{n}" in out.stdout.splitlines()]
+        if moved:
+            raise StepFailed(
+                step,
+                f"{', '.join(moved)} changed while restoring; nothing was restored",
+                command=out.command,
+                hint="another host sharing the model directory, or an edit, changed it "
+                "meanwhile: run `fab patch-kv-config --restore` again once it is done",
+            )
+        said = out.stderr.strip().splitlines()
+        raise StepFailed(
+            step,
+            f"command failed with exit status {out.exited}" + (f": {said[-1]}" if said else ""),
+            command=out.command,
+            exited=out.exited,
+            stderr=out.stderr,
+        )
     return changed(step, "restored the originals of " + ", ".join(restored), diff="".join(diffs))

@@ -4,6 +4,7 @@ with a non-zero exit, ONE line naming the cause, and no Python traceback (KIMI_O
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -308,7 +309,7 @@ def test_patch_kv_config_failed_upload_of_the_second_file_replaces_nothing() -> 
             out += (
                 f"{mark.group(1)}:{i}:missing\n"
                 if text is None
-                else (f"{mark.group(1)}:{i}:644\n{text}")
+                else (f"{mark.group(1)}:{i}:644\n{base64.b64encode(text.encode()).decode()}\n")
             )
         return Reply(out)
 
