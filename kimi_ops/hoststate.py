@@ -71,7 +71,10 @@ def stop_marker_command(run_dir: str, detail: str, server_pid: int | None = None
     """Record that the current launch is being ended on purpose, BEFORE it is signalled (so
     nobody watching sees it die unexplained), and only while its server lives (a server that
     already crashed stays crashed). Atomic: a temp file, then a rename. ``server_pid``: the
-    current launch's server when the pidfile names none (found by its launch id)."""
+    current launch's server when the pidfile names none (found by its launch id).
+
+    A record that cannot be written (a full or read-only file system) exits 1 with the
+    reason on stderr, its temp file removed."""
     r = q(run_dir.rstrip("/") or "/")
     fallback = f'[ -n "$pid" ] || pid={int(server_pid)}; ' if server_pid is not None else ""
     return (
@@ -79,8 +82,9 @@ def stop_marker_command(run_dir: str, detail: str, server_pid: int | None = None
         f"pid=$(cat {r}/{PIDFILE} 2>/dev/null || true); "
         + fallback
         + 'if [ -n "$id" ] && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then '
-        f"printf 'launch_id=%s %s\\n' \"$id\" {q(detail)} > {r}/{STOP_MARKER}.tmp && "
-        f"mv -f {r}/{STOP_MARKER}.tmp {r}/{STOP_MARKER}; fi"
+        f"{{ printf 'launch_id=%s %s\\n' \"$id\" {q(detail)} > {r}/{STOP_MARKER}.tmp && "
+        f"mv -fT {r}/{STOP_MARKER}.tmp {r}/{STOP_MARKER}; }} || "
+        f"{{ rm -f {r}/{STOP_MARKER}.tmp 2>/dev/null; exit 1; }}; fi"
     )
 
 

@@ -22,7 +22,7 @@ from invoke.exceptions import Exit
 from kimi_ops.diagnose import Diagnosis, LogDiagnoser
 from kimi_ops.errors import KimiOpsError
 from kimi_ops.hoststate import STATE_CODES, STATE_MEANINGS
-from kimi_ops.result import StepResult, format_result, skipped
+from kimi_ops.result import Status, StepResult, format_result, skipped
 
 from . import masking, steps
 from . import router as router_tasks
@@ -339,7 +339,8 @@ def run_deploy(s: Session, *, restart: bool = False) -> None:
         s.report(unchanged)
         s.reporter.recap()
         return
-    host_state.mark_stopping(h, p, step="deploy")
+    if unrecorded := host_state.mark_stopping(h, p, step="deploy"):
+        s.reporter.info(f"deploy: {unrecorded}")
     stale = steps.kill_stale(h, p)
     s.report(stale)
     s.report(steps.clean_shm(h, p, refuse_fails=False, after=stale))
@@ -424,9 +425,22 @@ def stop(s: Session) -> None:
 
 
 def stop_server(s: Session, step: str) -> None:
-    """The stop marker (status and verify then say stopped, not crashed), then kill-stale."""
-    host_state.mark_stopping(s.host, s.profile, step=step)
-    s.report(steps.kill_stale(s.host, s.profile, step=step))
+    """The stop marker (status and verify then say stopped, not crashed), then kill-stale.
+
+    A stop record that could not be written does not keep the server running, but the step
+    fails (exit 1) saying so, after what it ended: status will call the launch crashed."""
+    unrecorded = host_state.mark_stopping(s.host, s.profile, step=step)
+    try:
+        res = steps.kill_stale(s.host, s.profile, step=step)
+    except KimiOpsError:
+        if unrecorded:
+            s.reporter.info(f"{step}: {unrecorded}")
+        raise
+    if unrecorded and res.status in (Status.CHANGED, Status.FAILED):
+        hint = res.hint or "free space in run_dir (or make it writable); the server is stopped"
+        message = f"{res.message}; but {unrecorded}"
+        res = replace(res, status=Status.FAILED, message=message, hint=hint)
+    s.report(res)
 
 
 @task(

@@ -41,25 +41,38 @@ def _run_dir(p: Profile) -> str:
     return p.run_dir.rstrip("/") or "/"
 
 
-def mark_stopping(h: Host, p: Profile, *, step: str) -> None:
+def mark_stopping(h: Host, p: Profile, *, step: str) -> str:
     """Before ending the server: mark its launch as ended on purpose by this run (who, which
     process, which step, when). Written only while the pidfile's server lives: a reused PID
-    (another process under it now) does not turn a crash into a stop."""
+    (another process under it now) does not turn a crash into a stop.
+
+    Returns "" when the record was written (or none was needed), else one line saying it
+    could not be, and why: the stop goes on, and the caller reports that line."""
     if h.dry:
-        return
+        return ""
     server: int | None = None
     found = pidfile_process(h, p, step)
     if found.pid is None:  # no pidfile: the current launch's server, found by its launch id
         adopted = adopt_server(h, p, step)
         if adopted is None:
-            return
+            return ""
         server = adopted.proc.pid
     elif not found.server_alive(_run_dir(p)):
-        return
+        return ""
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     who = f"{getpass.getuser()}@{socket.gethostname()}"
     detail = f"by={who} pid={os.getpid()} step={step} at={at}"
-    h.run(hoststate.stop_marker_command(_run_dir(p), detail, server), step=step, check=False)
+    out = h.run(hoststate.stop_marker_command(_run_dir(p), detail, server), step=step, check=False)
+    if out.ok:
+        return ""
+    said = (out.stderr or out.stdout).strip().splitlines()
+    # "bash: line 1: printf: write error: No space left on device": the reason comes last
+    why = said[-1].rsplit(": ", 1)[-1].strip() if said else f"exit status {out.exited}"
+    return (
+        f"could not record the stop in {_run_dir(p)}/{hoststate.STOP_MARKER}: {why}; "
+        "status will not know that kimi-ops ended this launch (it reads as crashed, or as "
+        "stopped outside kimi-ops)"
+    )
 
 
 def _gather_command(r: str, nvidia_smi: str) -> str:

@@ -14,6 +14,7 @@ from kimi_ops.errors import StepFailed
 from kimi_ops.hoststate import StateFacts, classify
 from kimi_ops.profile import load_profile
 from kimi_ops.verify import PollFacts, ProbeResult, VerifyState
+from tasks import state as host_state
 from tasks import steps
 from tasks.host import Host
 from tasks.lock import LockGuard
@@ -112,6 +113,52 @@ def test_the_stop_marker_round_trips_and_is_written_only_while_the_server_lives(
         sleeper.wait()
     marker = hoststate.parse_stop_marker((tmp_path / hoststate.STOP_MARKER).read_text())
     assert marker == hoststate.StopMarker("20261202T130501-94d622", "by=a@b step=stop at=T")
+
+
+def test_a_stop_record_that_cannot_be_written_fails_and_leaves_no_temp_file(
+    tmp_path: Path,
+) -> None:
+    """Red team round 4 #3: a full run_dir (the temp name is a link to /dev/full: ENOSPC) or a
+    rename that fails (a directory in the record's place) made `stop` say nothing and leave
+    stopped.launch.tmp behind; the command now exits 1 with the reason, the temp file gone."""
+    (tmp_path / "launch.id").write_text("L1\n")
+    cmd = hoststate.stop_marker_command(str(tmp_path), "by=a@b step=stop at=T")
+    tmp = tmp_path / (hoststate.STOP_MARKER + ".tmp")
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "server.pid").write_text(f"{sleeper.pid}\n")
+        tmp.symlink_to("/dev/full")
+        full = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+        assert full.returncode == 1 and "No space left on device" in full.stderr, full
+        assert not tmp.is_symlink() and not tmp.exists()
+        assert not (tmp_path / hoststate.STOP_MARKER).exists()
+        (tmp_path / hoststate.STOP_MARKER).mkdir()
+        taken = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+        assert taken.returncode == 1 and "cannot overwrite directory" in taken.stderr, taken
+        assert not tmp.exists() and not any((tmp_path / hoststate.STOP_MARKER).iterdir())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_mark_stopping_says_why_the_record_was_not_written() -> None:
+    from tests.test_liveserver import LEADER, LIST, PROFILE, RESTORE, _host, _rows
+
+    conn = ScriptedConnection()
+    conn.on(r"^pid=\$\(head -n 1", stdout="pid=\n")
+    conn.on(
+        r"stopped\.launch",
+        stderr="bash: line 1: printf: write error: No space left on device\n",
+        exited=1,
+    )
+    conn.on(LIST, stdout=_rows(LEADER))
+    conn.on(RESTORE, stdout="restore=not_owned\netime=05:00\n")
+    said = host_state.mark_stopping(_host(conn), PROFILE, step="stop")
+    assert said == (
+        f"could not record the stop in {PROFILE.run_dir}/stopped.launch: No space left on "
+        "device; status will not know that kimi-ops ended this launch (it reads as crashed, or "
+        "as stopped outside kimi-ops)"
+    ), said
 
 
 def _poll(**kw: object) -> PollFacts:

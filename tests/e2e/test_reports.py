@@ -155,6 +155,53 @@ def test_status_says_serving_stopped_crashed_with_distinct_codes(dep: Deployment
     assert "kimi-ops did not" in crashed.output or "without kimi-ops" in crashed.output
 
 
+def test_a_stop_that_cannot_record_itself_says_so_and_exits_non_zero(dep: Deployment) -> None:
+    """Red team round 4 #3: run_dir is a small tmpfs that fills up (ENOSPC) before `fab stop`;
+    where this test cannot mount, a directory in the record's place makes its rename fail.
+    stop still ends the server, but fails naming the error, leaves no temp file, and what
+    status then says is what stop announced."""
+    dep.run_dir.mkdir(mode=0o700)
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m,mode=700", "tmpfs", str(dep.run_dir)],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+    try:
+        assert dep.fab("deploy").ok
+        server = dep.pidfile_pid()
+        assert server is not None
+        if mounted:
+            with contextlib.suppress(OSError), open(dep.run_dir / "filler", "wb") as fh:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+            why = "No space left on device"
+        else:
+            (dep.run_dir / "stopped.launch").mkdir()
+            why = "cannot overwrite directory"
+        stop = dep.fab("stop")
+        assert stop.returncode == 1, stop.describe()
+        line = next(ln for ln in stop.output.splitlines() if " stop: " in ln)
+        assert line.startswith("failed:") and "ended " in line, stop.describe()
+        assert "could not record the stop in" in line and why in line, line
+        assert "status will not know that kimi-ops ended this launch" in line
+        assert not (dep.run_dir / "stopped.launch.tmp").exists()
+        assert not (dep.run_dir / "stopped.launch").is_file()
+        assert not pid_alive(server)
+        status = dep.fab("status")
+        # what stop announced: not "stopped (by=... step=stop)" (the stand-in shuts down
+        # gracefully on SIGTERM, so its log reads as a stop outside kimi-ops)
+        assert status.returncode in (STATE_CODES["crashed"], STATE_CODES["stopped"]), status
+        assert "step=stop" not in status.output
+        assert re.search(r"(outside|without) kimi-ops", status.output), status.describe()
+    finally:
+        dep.cleanup()
+        if mounted:
+            subprocess.run(["umount", "-l", str(dep.run_dir)], check=False)
+
+
 def test_status_says_starting_while_the_server_loads(dep: Deployment) -> None:
     assert dep.fab("patch-kv-config").ok  # the emulated vLLM 0.17.1 on SM120 needs it
     assert dep.fab("upload-script", standin={"load_seconds": 30}).ok
