@@ -323,7 +323,8 @@ class Host:
         """
         command = one_line(command)
         if self.dry and mutating:
-            print(f"[dry] {self.name}: would run: {command}")
+            # stderr: under --json, stdout is one JSON document
+            print(f"[dry] {self.name}: would run: {command}", file=sys.stderr, flush=True)
             return Output(command, "", "", 0)
         self.commands.append(command)
         limit = float(timeout if timeout is not None else self.profile.command_timeout)
@@ -486,7 +487,9 @@ class Host:
         if self.dry:
             for data, path, mode in items:
                 print(
-                    f"[dry] {self.name}: would upload {len(data)} bytes to {path} (mode {mode:o})"
+                    f"[dry] {self.name}: would upload {len(data)} bytes to {path} (mode {mode:o})",
+                    file=sys.stderr,
+                    flush=True,
                 )
             return
         staged: list[tuple[str, str, str]] = []  # (digest, tmp, path)

@@ -121,7 +121,14 @@ def diagnose_host_log(
     r = _run_dir(p)
     context = {"port": p.port, "served_model_name": p.served_model_name}
     files = {n: (_resource(n), 0o600) for n in (DIAGNOSE_MODULE, DIAGNOSE_RUNNER)}
-    sync_files(h, p, files, step=step)
+    synced = sync_files(h, p, files, step=step)
+    if h.dry and synced.changed:
+        # A dry run uploads nothing: the host holds no runner, or another version's; running
+        # it would answer for a file this run did not put there. The log is read here instead.
+        if progress is not None:
+            names = ", ".join(synced.changed)
+            progress(f"dry run: would upload {names} and run it there; streaming the log here")
+        return stream_diagnose_host_log(h, p, step=step, progress=progress).diagnosis()
     out = h.run(
         f"{q(p.python)} {q(f'{r}/{DIAGNOSE_RUNNER}')} {q(f'{r}/{CURRENT_LOG}')} "
         f"{q(json.dumps(context))}",
