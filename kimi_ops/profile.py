@@ -26,6 +26,7 @@ from .redact import (
     flag_secrets,
     is_secret_env,
     redact_env,
+    secret_parts,
     with_default_patterns,
 )
 from .router import RouterSettings, parse_router
@@ -300,6 +301,30 @@ def _no_secret_value_in_args(
                 )
 
 
+def _no_secret_value_in_env(
+    env: Mapping[str, str], api_key: str | None, patterns: Sequence[str]
+) -> None:
+    """ProfileError if a non-secret ``env`` value holds the value of a secret the profile knows
+    (a secret ``env`` value or a part of it: a URL's password; ``api_key``): a non-secret value
+    is exported from launch.sh in clear, which masking the diff would have hidden from the
+    user (red-team round 4, #17)."""
+    known = {f"env.{k}": v for k, v in env.items() if is_secret_env(k, v, patterns)}
+    if api_key:
+        known["api_key"] = api_key
+    for name, text in env.items():
+        if is_secret_env(name, text, patterns):
+            continue
+        for where, value in known.items():
+            if any(part in text for part in secret_parts(value)):
+                raise ProfileError(
+                    f"env.{name}",
+                    f"holds the value of the secret kimi.{where} (not shown): env.{name} is "
+                    "not secret by its name, so it would be written into launch.sh in clear",
+                    hint=f"give env.{name} a secret name (one of secret_patterns: it then goes "
+                    "to the 0600 env file only), or leave the secret out of its value",
+                )
+
+
 def _api_key(key: str, value: str | None) -> str | None:
     """The API key as given, unless it holds a control character (a newline, a tab): an HTTP
     header cannot carry one, so every request (verify's included) would fail on the client
@@ -497,6 +522,7 @@ def load_profile(
     api_key = _api_key("api_key", _str("api_key", data["api_key"], optional=True))
     extra_args = check_extra_args(_str_list("extra_args", data["extra_args"]))
     _no_secret_value_in_args(extra_args, env, api_key, secret_patterns)
+    _no_secret_value_in_env(env, api_key, secret_patterns)
     return Profile(
         model=_str("model", data["model"]) or "",
         served_model_name=_str("served_model_name", data["served_model_name"]) or "",
