@@ -31,6 +31,37 @@ SECRET_FLAGS: tuple[str, ...] = ("--api-key", "--hf-token")
 #: they are still kept out of the launch script by name.
 MIN_MASK_LENGTH = 4
 
+#: How kimi-ops marks text it cut short (:func:`cut`); "..." marks a cut too (the diagnosis's
+#: evidence, :func:`kimi_ops.result.clip`).
+CUT_MARK = "…"
+#: A part of a known secret left at a cut (a line's end or start, or a cut mark) is masked when
+#: it is at least :data:`MIN_CUT_PART` characters of a secret at least :data:`MIN_CUT_SECRET`
+#: long (shorter parts would mask ordinary words).
+MIN_CUT_PART = 6
+MIN_CUT_SECRET = 8
+#: Where text may have been cut: a line's end (the host cuts log lines in bytes: ``cut -b``), a
+#: line's start (``tail -c`` starts inside a line), and either side of a cut mark.
+_CUT_END_RE = re.compile(r"[\r\n]|\s?(?:\.\.\.|…)")  # a cut ends where it starts
+_CUT_START_RE = re.compile(r"[\r\n]|(?:\.\.\.|…)[ \t]?")  # a cut starts where it ends
+_CUT_EDGE = r"(?=[\r\n]|\s?(?:\.\.\.|…)|\Z)"
+#: A credential shape cut short at a cut (:data:`SECRET_VALUE_RE` wants the whole of it): a
+#: token's known head with what is left of its tail, a credential URL cut before its "@" (a
+#: port's digits are not a password). Only for masking, never to judge a whole value.
+_CUT_SHAPE_RE = re.compile(
+    r"(?:\b(?:hf_|sk-|gh[pousr]_|github_pat_|glpat-|npm_|xox[abposr]-)|\bAIza|\b(?:AKIA|ASIA)"
+    r"|\beyJ)[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"
+    + _CUT_EDGE
+    + r"|(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:"
+    r"(?![0-9]*" + _CUT_EDGE + r")[^\s/@:'\"]+" + _CUT_EDGE
+)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, a cut marked with :data:`CUT_MARK`, so the masker
+    hides a secret's head left before it (:meth:`Masker.hide`). Mask before cutting where the
+    secrets are known; this is the net for where they are not."""
+    return text if len(text) <= limit else text[:limit] + CUT_MARK
+
 
 def with_default_patterns(patterns: Iterable[str]) -> tuple[str, ...]:
     """The secret patterns in force: the defaults, always, plus the profile's own
@@ -175,7 +206,8 @@ def mask_shapes(text: str, names: Iterable[str] = ()) -> str:
     """``text`` with every credential it shows by its shape hidden, whatever kimi-ops knows of
     its value: values shaped like credentials (:data:`SECRET_VALUE_RE`), a secret flag's value
     (``--api-key X``) and the value given to a known secret name (:data:`KNOWN_SECRET_NAMES`
-    and ``names``: ``HF_TOKEN=...`` in a log). Everything fab prints passes through it."""
+    and ``names``: ``HF_TOKEN=...`` in a log), also a shape cut short at a cut (a line's end or
+    start, a cut mark: ``hf_AbCd…``). Everything fab prints passes through it."""
     if not text:
         return text
     names = tuple(names)
@@ -187,7 +219,7 @@ def mask_shapes(text: str, names: Iterable[str] = ()) -> str:
 
     text = named.sub(value, text)
     text = _SECRET_FLAG_RE.sub(_mask_flag, text)
-    return SECRET_VALUE_RE.sub(MASK, text)
+    return _CUT_SHAPE_RE.sub(MASK, SECRET_VALUE_RE.sub(MASK, text))
 
 
 def mask_unknown_secrets(text: str, patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS) -> str:
@@ -414,6 +446,9 @@ class Masker:
         self._pattern: re.Pattern[str] | None = None
         self._starts: dict[str, list[str]] = {}  # first character -> the forms it begins
         self._longest = 0
+        self._heads: set[str] = set()  # proper prefixes of the forms (>= MIN_CUT_PART)
+        self._tails: set[str] = set()  # proper suffixes of the forms (>= MIN_CUT_PART)
+        self._grams: set[str] = set()  # their MIN_CUT_PART-character pieces (a quick "no")
         self.add(values)
 
     def add(self, values: Iterable[str]) -> None:
@@ -428,11 +463,52 @@ class Masker:
             self._starts = {}
             for form in ordered:
                 self._starts.setdefault(form[0], []).append(form)
+            long = [f for f in ordered if len(f) >= MIN_CUT_SECRET]
+            self._heads = {f[:k] for f in long for k in range(MIN_CUT_PART, len(f))}
+            self._tails = {f[-k:] for f in long for k in range(MIN_CUT_PART, len(f))}
+            n = MIN_CUT_PART
+            self._grams = {f[i : i + n] for f in long for i in range(len(f) - n + 1)}
 
     def __call__(self, text: str) -> str:
         if self._pattern is None or not text:
             return text
         return self._pattern.sub(MASK, text)
+
+    def hide(self, text: str) -> str:
+        """``text`` as it may be shown: every known secret masked (as by calling the masker),
+        and a part of one left at a cut masked too: a head (>= :data:`MIN_CUT_PART` characters
+        of a secret >= :data:`MIN_CUT_SECRET` long) that ends a line or the text or comes before a
+        cut mark ("...", "…"), a tail that starts a line or the text or follows a cut mark. A
+        line cut in bytes on the host (``cut -b``), or cut by a limit where the secrets were not
+        known, must not show a secret's first characters."""
+        text = self(text)
+        if not self._heads or not text:
+            return text
+        spans: list[tuple[int, int]] = []
+        longest, n, grams = self._longest, MIN_CUT_PART, self._grams
+        for end in (*(m.start() for m in _CUT_END_RE.finditer(text)), len(text)):
+            if text[end - n : end] not in grams:
+                continue
+            for k in range(min(longest, end), MIN_CUT_PART - 1, -1):
+                if text[end - k : end] in self._heads:
+                    spans.append((end - k, end))
+                    break
+        for start in (0, *(m.end() for m in _CUT_START_RE.finditer(text))):
+            if text[start : start + n] not in grams:
+                continue
+            for k in range(min(longest, len(text) - start), MIN_CUT_PART - 1, -1):
+                if text[start : start + k] in self._tails:
+                    spans.append((start, start + k))
+                    break
+        out: list[str] = []
+        pos = 0
+        for start, end in sorted(spans):
+            if start >= pos:
+                out += [text[pos:start], MASK]
+                pos = end
+            elif end > pos:  # overlaps the span before: one mask for both
+                pos = end
+        return "".join(out) + text[pos:]
 
     def stream(self) -> MaskStream:
         """A masker for text that arrives in pieces (a log being followed)."""

@@ -36,6 +36,7 @@ from .hoststate import (
     stopped_outside,
 )
 from .procs import parse_pidfile_process, pidfile_process_command
+from .redact import cut
 from .shell import quote as q
 
 #: The most log bytes one poll reads.
@@ -281,7 +282,7 @@ class VerifyState:
             return Verdict("port_taken", port.message, replace(diag, hint=port.hint))
         note = port.message if port is not None else "port: which process listens was not checked"
         if probe.ready_for(self.served_model_name):
-            answer = probe.answer.strip().replace("\n", " ")[:120]
+            answer = cut(probe.answer.strip().replace("\n", " "), 120)
             return Verdict(
                 "ready", f"ready: the chat completion answered {answer!r}", diag, note=note
             )
@@ -476,7 +477,7 @@ def _reaching(listeners: PortListeners, target: str) -> list[PortSocket]:
 
 
 def _owner_line(o: SocketOwner) -> str:
-    return f"PID {o.pid} ({o.args[:160] or 'command unknown'})"
+    return f"PID {o.pid} ({cut(o.args, 160) or 'command unknown'})"
 
 
 def check_port(

@@ -38,9 +38,10 @@ NAMES: set[str] = set()
 
 
 def hide(masker: Masker, text: str) -> str:
-    """``text`` as fab may show it: known secret values, then credential shapes and the values
-    of secret names (:func:`kimi_ops.redact.mask_shapes`), as ``***``."""
-    return mask_shapes(masker(text), NAMES)
+    """``text`` as fab may show it: known secret values (and a part of one left at a cut:
+    :meth:`kimi_ops.redact.Masker.hide`), then credential shapes and the values of secret names
+    (:func:`kimi_ops.redact.mask_shapes`), as ``***``."""
+    return mask_shapes(masker.hide(text), NAMES)
 
 
 def _masked_values(masker: Masker, value: Any) -> Any:

@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             out["error"] = "chat completion answered 200 without choices"
     else:
         detail = data.get("error", data) if isinstance(data, dict) else ""
-        out["error"] = err or f"POST /v1/chat/completions answered {status}: {detail}"[:300]
+        said = f"POST /v1/chat/completions answered {status}: {detail}"
+        # a cut is marked ("…"): fab masks a secret's head left before a cut mark
+        out["error"] = err or (said if len(said) <= 300 else said[:300] + "…")
     print(json.dumps(out))
     return 0
 

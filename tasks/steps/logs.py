@@ -17,7 +17,7 @@ from kimi_ops.defaults import (
 from kimi_ops.diagnose import Diagnosis, LogDiagnoser
 from kimi_ops.errors import StepFailed
 from kimi_ops.profile import Profile
-from kimi_ops.redact import Masker
+from kimi_ops.redact import Masker, cut
 from kimi_ops.shell import quote as q
 
 from ..host import Host
@@ -145,7 +145,8 @@ def diagnose_host_log(
         return diagnosis_from_dict(answer["diagnosis"])
     if progress is not None:
         why = (out.stderr.strip().splitlines() or [f"exit status {out.exited}"])[-1]
-        progress(f"cannot diagnose on the host ({why[:200]}): streaming the log here")
+        why = cut(hide(MASKER, why), 200)  # masked before it is cut
+        progress(f"cannot diagnose on the host ({why}): streaming the log here")
     return stream_diagnose_host_log(h, p, step=step, progress=progress).diagnosis()
 
 
