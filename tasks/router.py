@@ -352,6 +352,13 @@ def stop_router(
     pid, _ = running_pid(rh, step=step)
     if pid is None:
         return ok(step, f"no router running (run_dir {rh.run_dir})")
+    if rh.host.dry:  # nothing is signalled: no wait, and no claim that it stopped
+        return skipped(
+            step,
+            f"dry run: would stop HAProxy PID {pid} (SIGTERM, SIGKILL after 5 s)",
+            lines=(f"would run: kill -TERM {pid}",),
+            data={"pid": pid},
+        )
     rh.host.run(f"kill -TERM {pid}", step=step)
     for _ in range(50):
         sleep(0.1)

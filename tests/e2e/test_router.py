@@ -367,3 +367,37 @@ def test_router_on_an_ssh_host(
     assert not pid_alive(pid)
     status = setup.fab("router-status")
     assert status.returncode == 1 and "no router running" in status.output
+
+
+def test_dry_router_tasks_change_nothing_and_say_so(setup: Setup) -> None:
+    """Red team round 4 #15: `fab --dry router-stop` waited 5 s and reported `changed: ...
+    stopped HAProxy PID N (SIGKILL after 5 s)` (exit 0) while HAProxy ran on. A dry run says
+    what it would do (skipped), signals nothing, and the router runs on unchanged."""
+    _bring_up(setup)
+    pid = setup.router_pid()
+    assert pid is not None
+    pidfile = (setup.router_dir / rt.PIDFILE).read_text()
+    config = (setup.router_dir / rt.CONFIG_FILE).read_text()
+    started = time.monotonic()
+    stop = setup.fab("--dry", "router-stop")
+    took = time.monotonic() - started
+    assert stop.returncode == 0, stop.describe()
+    assert (
+        f"skipped: router-stop: dry run: would stop HAProxy PID {pid} "
+        "(SIGTERM, SIGKILL after 5 s)" in stop.stdout
+    ), stop.stdout
+    assert "changed" not in stop.output and "stopped HAProxy" not in stop.output, stop.output
+    assert took < 5.0, f"a dry router-stop waited {took:.1f} s for a process it did not signal"
+    # A changed configuration, deployed dry: nothing uploaded, nothing reloaded.
+    setup.config["kimi"]["router"]["balance"] = "roundrobin"
+    deploy = setup.fab("--dry", "router-deploy")
+    assert deploy.returncode == 0, deploy.describe()
+    assert "skipped: router-deploy: dry run: would upload" in deploy.stdout, deploy.stdout
+    assert "changed" not in deploy.output, deploy.output
+    status = setup.fab("--dry", "router-status")
+    assert status.returncode == 0 and f"ok: router-status: HAProxy PID {pid}" in status.stdout
+    assert pid_alive(pid) and setup.router_pid() == pid
+    assert (setup.router_dir / rt.PIDFILE).read_text() == pidfile
+    assert (setup.router_dir / rt.CONFIG_FILE).read_text() == config
+    assert not (setup.router_dir / rt.NEXT_CONFIG).exists()
+    assert all(x.state == rt.UP for x in setup.stats().values())
