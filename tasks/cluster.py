@@ -81,6 +81,8 @@ def cluster_run(c: Context, ov: dict[str, Any], step: str, dry: bool) -> Iterato
     """Validate the profile and the cluster section, open every node; errors end the task."""
     reporter = Reporter(None)
     opened: list[Connection] = []
+    # `fab --dry deploy` as well as `deploy --dry`: every node's Host sees the global flag too.
+    dry = dry or bool(getattr(getattr(c.config, "run", None), "dry", False))
     try:
         with task_errors(step, reporter):
             profile = load(c, ov)

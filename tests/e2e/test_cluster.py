@@ -570,15 +570,20 @@ def test_standin_short_of_gpus_fails_with_vllms_words(ray_python: str, tmp_path:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_cluster_dry_run_changes_nothing(cluster: dict) -> None:
+@pytest.mark.parametrize("args", [("deploy", "--dry"), ("--dry", "deploy")])
+def test_cluster_dry_run_changes_nothing(cluster: dict, args: tuple[str, str]) -> None:
     """deploy --dry prints what it would do on each node and starts nothing. (The stand-in is
     put on the nodes first, as an earlier deploy leaves it: a dry run uploads nothing, and
-    without it there are no emulated GPU and vLLM facts to check.)"""
+    without it there are no emulated GPU and vLLM facts to check.) Red team round 4 #15's
+    sweep: the global `fab --dry deploy` skipped `ray start` on each node, then waited for the
+    nodes to join and failed; it ends as the task's own --dry does."""
     for run_dir in cluster["runs"].values():
         run_dir.mkdir()
         (run_dir / "kimi_standin.py").write_bytes(bundle.build())
-    run = fab(cluster, "deploy", "--dry", timeout=120)
+    run = fab(cluster, *args, timeout=120)
     assert run.ok, run.describe()
+    assert "skipped: ray-nodes: dry run" in run.output, run.describe()
+    assert "\nchanged: " not in f"\n{run.output}", run.describe()  # no step says it changed
     assert "ray-head: dry run: would start Ray on head" in run.output, run.describe()
     assert "ray start --block" in run.output and "--address 127.0.0.2:" in run.output
     for rdir in cluster["rdirs"].values():

@@ -386,14 +386,15 @@ def test_dry_router_tasks_change_nothing_and_say_so(setup: Setup) -> None:
         f"skipped: router-stop: dry run: would stop HAProxy PID {pid} "
         "(SIGTERM, SIGKILL after 5 s)" in stop.stdout
     ), stop.stdout
-    assert "changed" not in stop.output and "stopped HAProxy" not in stop.output, stop.output
+    assert "\nchanged: " not in f"\n{stop.output}", stop.output  # no step says it changed
+    assert "stopped HAProxy" not in stop.output, stop.output
     assert took < 5.0, f"a dry router-stop waited {took:.1f} s for a process it did not signal"
     # A changed configuration, deployed dry: nothing uploaded, nothing reloaded.
     setup.config["kimi"]["router"]["balance"] = "roundrobin"
     deploy = setup.fab("--dry", "router-deploy")
     assert deploy.returncode == 0, deploy.describe()
     assert "skipped: router-deploy: dry run: would upload" in deploy.stdout, deploy.stdout
-    assert "changed" not in deploy.output, deploy.output
+    assert "\nchanged: " not in f"\n{deploy.output}", deploy.output
     status = setup.fab("--dry", "router-status")
     assert status.returncode == 0 and f"ok: router-status: HAProxy PID {pid}" in status.stdout
     assert pid_alive(pid) and setup.router_pid() == pid
