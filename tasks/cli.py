@@ -28,7 +28,7 @@ from . import masking, steps
 from . import router as router_tasks
 from . import state as host_state
 from .cluster import CLUSTER_STEPS, cluster_configured, run_cluster
-from .fleet import HostOutcome, connection_for, finish, host_name, run_fleet
+from .fleet import DRY_RUN, HostOutcome, connection_for, finish, host_name, run_fleet
 from .host import host_names, is_connection
 from .lock import HostLock
 from .report import FleetBoard, Reporter, pipe_safe_stdout
@@ -133,7 +133,10 @@ def kimi_task(
                 if specs:
                     mine.pop("json", None)  # per host: step lines; the recap is the JSON
                     rolling = int(mine.pop("rolling", 0) or 0) if step == "deploy" else 0
-                    run_on_fleet(c, step, specs, run, ov, mine, as_json, fail_fast, rolling)
+                    dry_run = dry and (bool(mine.get("dry")) or global_dry(c))
+                    run_on_fleet(
+                        c, step, specs, run, ov, mine, as_json, fail_fast, rolling, dry_run
+                    )
                     return
             mine.pop("rolling", None)
             run(c, ov, mine)
@@ -171,6 +174,11 @@ def json_on_failure(step: str, reporter: Reporter) -> Iterator[None]:
         raise
 
 
+def global_dry(c: Context) -> bool:
+    """``fab --dry`` (Invoke's run.dry)."""
+    return bool(getattr(getattr(c.config, "run", None), "dry", False))
+
+
 def fleet_specs(c: Context, ov: dict[str, Any], step: str, as_json: bool = False) -> list[str]:
     """``kimi.hosts`` (when the task runs without -H)."""
     try:
@@ -192,8 +200,10 @@ def run_on_fleet(
     as_json: bool,
     fail_fast: bool,
     rolling: int,
+    dry_run: bool = False,
 ) -> None:
-    """Run the task on every host concurrently, then print the recap (exit 1 if any failed)."""
+    """Run the task on every host concurrently, then print the recap (exit 1 if any failed).
+    ``dry_run``: a host that did not fail is ``dry run`` in the recap, never ready or ok."""
     try:
         profile = load(c, ov)  # validated once, before any host is contacted
         run_hosts = [host_names(connection_for(c, s)) for s in specs]
@@ -233,6 +243,8 @@ def run_on_fleet(
             pid = last.data.get("pid")
             outcome.pid = int(pid) if str(pid or "").isdigit() else None
             outcome.report = last.data.get("report")  # preflight's checks and plan
+        if dry_run and outcome.result in ("ready", "ok"):
+            outcome.result = DRY_RUN  # it changed nothing: not "ready", not "ok" (stopped)
         return outcome
 
     # With kimi.router: drain each host in the router, replace it, set it ready, confirm UP.

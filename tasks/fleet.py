@@ -58,7 +58,8 @@ class HostOutcome:
     """One row of the recap."""
 
     host: str
-    result: str = "skipped"  # ready / ok / failed / skipped; status: the state (serving, ...)
+    # ready / ok / failed / skipped / dry run; status: the state (serving, ...)
+    result: str = "skipped"
     step: str = ""  # the step that failed (or why skipped)
     label: str = ""  # the diagnosis label, when there is one
     seconds: float = 0.0
@@ -165,12 +166,16 @@ def recap_json(task: str, outcomes: Sequence[HostOutcome]) -> str:
     return json.dumps({"task": task, "hosts": [asdict(o) for o in outcomes]}, indent=2)
 
 
+#: The recap's result for a host of a dry run that did not fail (it changed nothing).
+DRY_RUN = "dry run"
+
+
 def exit_code(task: str, outcomes: Sequence[HostOutcome]) -> int:
-    """0 when every host is ready / ok; for status, the highest state code of any host (a
+    """0 when every host is ready / ok / dry run; for status, the highest state code of any host (a
     host whose state could not be read counts 1); else 1."""
     if task == "status":
         return max((STATE_CODES.get(o.result, 1) for o in outcomes), default=0)
-    return 0 if all(o.result in ("ready", "ok") for o in outcomes) else 1
+    return 0 if all(o.result in ("ready", "ok", DRY_RUN) for o in outcomes) else 1
 
 
 def finish(task: str, outcomes: Sequence[HostOutcome], as_json: bool) -> None:

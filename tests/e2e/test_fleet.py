@@ -133,3 +133,32 @@ def test_hosts_listed_in_the_profile(fleet: dict) -> None:
     for r in rows.values():
         assert r["result"] == "stopped" and "nothing was ever launched" in r["message"], r
         assert r["label"] == "", r  # no log: no diagnosis label (not "starting")
+
+
+def test_a_dry_run_on_a_fleet_is_dry_run_in_the_recap_and_changes_nothing(fleet: dict) -> None:
+    """Red team round 4 #15's sweep: `fab --dry -H a,b stop` said `ok` for every host in the
+    recap (and `deploy --dry`, `ready`) while nothing was stopped or started. A host of a dry
+    run that did not fail is `dry run` in the recap (exit 0); the servers run on."""
+    hosts, kimi = fleet["hosts"][:2], fleet["config"]["kimi"]
+    # Two hosts are enough (an override must match a host of the run; the fixture keeps all).
+    overrides = {h.host: kimi["host_overrides"][h.host] for h in hosts}
+    config = {**fleet["config"], "kimi": {**kimi, "host_overrides": overrides}}
+    run = run_fab(hosts, "deploy", "--json", config=config, timeout=240)
+    assert run.returncode == 0, run.describe()
+    pidfiles = [
+        Path(config["kimi"]["host_overrides"][h.host]["run_dir"]) / "server.pid" for h in hosts
+    ]
+    before = [p.read_text() for p in pidfiles]
+    for args in (("--dry", "stop", "--json"), ("stop", "--dry", "--json")):
+        dry = run_fab(hosts, *args, config=config, timeout=120)
+        assert dry.returncode == 0, dry.describe()
+        for h, row in _recap(dry).items():
+            assert row["result"] == "dry run", (h, row)
+            assert row["message"].startswith("dry run: would end "), (h, row)
+    dry = run_fab(hosts, "--dry", "deploy", "--restart", config=config, timeout=240)
+    assert dry.returncode == 0, dry.describe()
+    table = dry.stdout[dry.stdout.index("RECAP\n") :].splitlines()[2:]
+    assert len(table) == 2 and all(line.split()[1:3] == ["dry", "run"] for line in table), table
+    assert "\nchanged: " not in f"\n{dry.stdout}" and "ready" not in "\n".join(table), dry.stdout
+    assert [p.read_text() for p in pidfiles] == before
+    assert all(pid_alive(int(text)) for text in before)
