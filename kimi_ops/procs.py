@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .defaults import STANDIN_SCRIPT
+from .printable import one_line
 from .redact import cut
 
 #: Environment variables the launch script exports; the listing prints only ``KIMI_OPS_*``.
@@ -250,7 +251,7 @@ class Selection:
         lines = [
             f"{p.pid} ({self.reasons.get(p.pid, '')}"
             + ("; orphan: its server is gone" if p.pid in self.orphans else "")
-            + f"): {cut(p.args, 160)}"
+            + f"): {cut(one_line(p.args), 160)}"
             for p in self.targets
         ]
         if len(lines) > most:
@@ -260,7 +261,7 @@ class Selection:
 
     def describe_foreign(self) -> list[str]:
         return [
-            f"left alone: {p.pid} ({why})" + (f": {cut(p.args, 160)}" if p.argv else "")
+            f"left alone: {p.pid} ({why})" + (f": {cut(one_line(p.args), 160)}" if p.argv else "")
             for p, why in self.foreign
         ]
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from .printable import one_line, printable
+
 
 def clip(text: str, limit: int = 300) -> str:
     """``text`` cut to about ``limit`` characters for a one-line report, keeping its head and its
@@ -83,19 +85,24 @@ def failed(step: str, message: str, **kw: Any) -> StepResult:
 
 
 def format_result(result: StepResult, *, host: str | None = None) -> str:
-    """One Ansible-like block: ``changed: [host] kill-stale: ended 3 processes`` + detail lines."""
-    where = f" [{host}]" if host else ""
-    head = f"{result.status.value}:{where} {result.step}: {result.message}"
+    """One Ansible-like block: ``changed: [host] kill-stale: ended 3 processes`` + detail lines.
+
+    Every field is shown through :mod:`kimi_ops.printable` (a log line, an argv, a config.json
+    string may hold terminal control sequences): the message and each detail line stay one line
+    each, so none can start a forged line of its own."""
+    where = f" [{one_line(host)}]" if host else ""
+    head = f"{result.status.value}:{where} {one_line(result.step)}: {one_line(result.message)}"
     out = [head]
-    out.extend(f"    {line}" for line in result.lines)
+    out.extend(f"    {one_line(line)}" for line in result.lines)
     if result.failed:
         if result.command:
-            out.append(f"    command: {result.command}")
+            out.append(f"    command: {one_line(result.command)}")
         if result.stderr.strip():
             out.append("    stderr:")
-            out.extend(f"      {line}" for line in result.stderr.rstrip().splitlines()[-20:])
+            stderr = printable(result.stderr).rstrip().split("\n")[-20:]
+            out.extend(f"      {line}" for line in stderr)
         if result.hint:
-            out.append(f"    hint: {result.hint}")
+            out.append(f"    hint: {printable(result.hint)}")
     if result.diff:
-        out.extend(f"    {line}" for line in result.diff.rstrip("\n").splitlines())
+        out.extend(f"    {line}" for line in printable(result.diff).rstrip("\n").split("\n"))
     return "\n".join(out)

@@ -35,6 +35,7 @@ from .hoststate import (
     stopped_by,
     stopped_outside,
 )
+from .printable import one_line
 from .procs import parse_pidfile_process, pidfile_process_command
 from .redact import cut
 from .shell import quote as q
@@ -477,7 +478,7 @@ def _reaching(listeners: PortListeners, target: str) -> list[PortSocket]:
 
 
 def _owner_line(o: SocketOwner) -> str:
-    return f"PID {o.pid} ({cut(o.args, 160) or 'command unknown'})"
+    return f"PID {o.pid} ({cut(one_line(o.args), 160) or 'command unknown'})"
 
 
 def check_port(

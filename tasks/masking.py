@@ -10,6 +10,10 @@ value), JSON, errors, log lines from the host, tracebacks under ``fab -d``. Log 
 Invoke's debug log, bound to stderr before the wrap) pass a :class:`MaskingFilter`, installed
 when ``tasks`` is imported, before Invoke loads and logs the config files. The launch script and the
 preflight report leave secret-named values out by construction; this is the net under them.
+
+The same streams show control characters from outside escaped (:mod:`kimi_ops.printable`: a log
+line's ``ESC c`` or cursor moves, an argv's OSC title cannot act on the terminal); fab's own
+redraw sequences (:mod:`tasks.report`) go through :meth:`MaskingStream.write_terminal`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from kimi_ops.printable import printable
 from kimi_ops.redact import (
     MASK,
     Masker,
@@ -73,7 +78,8 @@ def hide_json(masker: Masker, text: str) -> str | None:
 
 class MaskingStream:
     """A text stream that masks secrets in everything written to it (a JSON document by its
-    values: :func:`hide_json`)."""
+    values: :func:`hide_json`) and shows control characters escaped (:func:`printable`; a
+    JSON document is ``json.dumps`` output, escaped already, and stays valid JSON)."""
 
     def __init__(self, stream: TextIO, masker: Masker) -> None:
         self._stream = stream
@@ -81,7 +87,13 @@ class MaskingStream:
 
     def write(self, text: str) -> int:
         as_json = hide_json(self._masker, text)
-        self._stream.write(hide(self._masker, text) if as_json is None else as_json)
+        self._stream.write(printable(hide(self._masker, text)) if as_json is None else as_json)
+        return len(text)
+
+    def write_terminal(self, text: str) -> int:
+        """``text`` masked but not escaped: for fab's own terminal sequences (a live line's
+        ``\\r ESC[K``, the fleet board's cursor moves), whose content the caller escaped."""
+        self._stream.write(hide(self._masker, text))
         return len(text)
 
     def writelines(self, lines: Any) -> None:
@@ -106,11 +118,11 @@ class MaskingFilter(logging.Filter):
                 message = hide_logged_data(message)
             else:
                 MASKER.add(found)
-        record.msg, record.args = hide(MASKER, message), None
+        record.msg, record.args = printable(hide(MASKER, message)), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = hide(MASKER, record.exc_text)
+            record.exc_text = printable(hide(MASKER, record.exc_text))
         return True
 
 

@@ -10,7 +10,15 @@ import threading
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from kimi_ops.printable import one_line, printable
 from kimi_ops.result import StepResult, format_result
+
+
+def write_terminal(stream: TextIO, text: str) -> None:
+    """Write fab's own terminal sequences (``\\r ESC[K``, cursor moves): not escaped by a
+    :class:`tasks.masking.MaskingStream` (still masked); the text they draw is escaped by the
+    caller (:func:`kimi_ops.printable.one_line`). A plain stream takes them as they are."""
+    getattr(stream, "write_terminal", stream.write)(text)
 
 
 class PipeSafeStream:
@@ -68,16 +76,17 @@ class FleetBoard:
 
     def update(self, host: str, text: str) -> None:
         with self._lock:
-            self.lines[host] = text.splitlines()[0] if text else ""
+            self.lines[host] = one_line(printable(text).split("\n", 1)[0])
             self._draw()
 
     def _draw(self) -> None:
         width = shutil.get_terminal_size((120, 24)).columns - 1
-        name_width = max(len(h) for h in self.hosts)
+        names = {h: one_line(h) for h in self.hosts}
+        name_width = max(len(n) for n in names.values())
         out = [f"\x1b[{self._drawn}F"] if self._drawn else []
         for h in self.hosts:
-            out.append("\x1b[2K" + f"{h:<{name_width}}  {self.lines[h]}"[:width] + "\n")
-        self.stream.write("".join(out))
+            out.append("\x1b[2K" + f"{names[h]:<{name_width}}  {self.lines[h]}"[:width] + "\n")
+        write_terminal(self.stream, "".join(out))
         self.stream.flush()
         self._drawn = len(self.hosts)
 
@@ -111,7 +120,7 @@ class Reporter:
 
     def _end_live(self) -> None:
         if self._live:
-            self.stream.write("\r\x1b[K")
+            write_terminal(self.stream, "\r\x1b[K")
             self._live = False
 
     def result(self, res: StepResult) -> StepResult:
@@ -141,9 +150,9 @@ class Reporter:
             return
         self._last_progress = text
         where = f"[{self.host}] " if self.host else ""
-        line = f"{where}{step}: {text}"
+        line = one_line(f"{where}{step}: {text}")
         if self.tty:
-            self.stream.write("\r\x1b[K" + line[:200])
+            write_terminal(self.stream, "\r\x1b[K" + line[:200])
             self.stream.flush()
             self._live = True
         else:

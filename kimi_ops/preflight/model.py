@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from .. import compat
 from ..facts import HostFacts
+from ..printable import one_line
 from .common import Check, _engine_note, _gib, _model_path
 from .cpu import resolve_device
 
@@ -57,11 +58,11 @@ def _quant_summary(facts: HostFacts) -> str:
     if qc is not None:
         method = qc.get("quant_method") or "?"
         algo = qc.get("quant_algo")
-        parts.append(f"{method}{' ' + str(algo) if algo else ''}")
+        parts.append(one_line(f"{method}{' ' + str(algo) if algo else ''}"))
     elif facts.hf_quant_config is not None:
         quant = facts.hf_quant_config.get("quantization")
         algo = quant.get("quant_algo") if isinstance(quant, dict) else None
-        parts.append(f"hf_quant_config.json {algo or '?'}")
+        parts.append(one_line(f"hf_quant_config.json {algo or '?'}"))
     else:
         parts.append("unquantized")
     kv = compat.effective_kv_cache_dtype(
@@ -84,7 +85,9 @@ def _check_model(profile: Profile, facts: HostFacts) -> list[Check]:
     else:
         archs = facts.config_json.get("architectures")
         arch = (
-            ", ".join(map(str, archs)) if isinstance(archs, list) and archs else "no architectures"
+            one_line(", ".join(map(str, archs)))
+            if isinstance(archs, list) and archs
+            else "no architectures"
         )
         patched = (
             f"; patched by kimi-ops earlier ({', '.join(sorted(facts.backups))} present)"
@@ -156,7 +159,7 @@ def _custom_code_check(profile: Profile, config: dict[str, object]) -> Check | N
     auto_map = config.get("auto_map")
     if not isinstance(auto_map, dict) or not auto_map or profile.trust_remote_code:
         return None
-    modules = sorted({str(v).split(".", 1)[0] + ".py" for v in auto_map.values() if v})
+    modules = sorted({one_line(str(v).split(".", 1)[0]) + ".py" for v in auto_map.values() if v})
     return Check(
         "model_code",
         "warn",
