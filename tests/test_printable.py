@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import subprocess
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +20,7 @@ from kimi_ops.redact import Masker
 from kimi_ops.result import Status, StepResult, failed, format_result, ok
 from tasks.masking import MaskingFilter, MaskingStream
 from tasks.report import FleetBoard, Reporter
+from tests.test_cli import FAB, REPO
 from tests.test_preflight import CONFIG, by_name, make_facts, profile
 
 # What the red team put in a log line: a full reset, save/restore cursor, DECALN, a cursor move
@@ -172,3 +175,26 @@ def test_the_board_keeps_its_cursor_moves_and_escapes_host_lines() -> None:
     assert "gpu1      verify: shards 3/64 a\\x1b7\\x1bc" in text
     assert "gpu1      verify: shards 9/64\\x1b[1A\\x1b[2Kforged" in text
     assert "gp\\x1bu2" in text and "\x1bc" not in text and "\x07" not in text
+
+
+def test_fab_diagnose_shows_a_hostile_log_line_escaped(tmp_path: Path) -> None:
+    """Finding 1 through the real `fab diagnose --log`, its stdout read as raw bytes."""
+    log = tmp_path / "vllm.log"
+    log.write_bytes(
+        b"INFO 12-06 05:00:00 [api_server.py:1] vLLM API server version 0.17.1\n"
+        b"ERROR 12-06 05:00:01 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to"
+        b" allocate 2.00 GiB\x1b7\x1bc\x1b8\x1b#8" + b"\x08" * 20 + b"\x7f\xe2\x80\xae healthy\n"
+    )
+    shown = {}
+    for args in ((), ("--json",)):
+        out = subprocess.run(
+            [str(FAB), "diagnose", "--log", str(log), *args], cwd=REPO, capture_output=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        for raw in (b"\x1b", b"\x08", b"\x7f", b"\r", "\u202e".encode()):
+            assert raw not in out.stdout, (raw, out.stdout)
+        shown[args] = out.stdout.decode()
+    assert "2.00 GiB\\x1b7\\x1bc\\x1b8\\x1b#8\\x08\\x08" in shown[()], shown[()]
+    assert "\\x7f\\u202e healthy" in shown[()], shown[()]
+    assert json.loads(shown[("--json",)])["label"] == "cuda_oom"
