@@ -46,7 +46,9 @@ RUN_DIR_VAR = "KIMI_OPS_RUN_DIR"
 LAUNCH_ID_VAR = "KIMI_OPS_LAUNCH_ID"
 
 # The listing script (bash, no fork per process): one line per process,
-#   PID PPID PGID SID STATE env|noenv|unread[<TAB>E<NAME=VALUE>]...[<TAB>A<arg>]...
+#   PID PPID PGID SID STATE START env|noenv|unread[<TAB>E<NAME=VALUE>]...[<TAB>A<arg>]...
+# START is /proc/PID/stat's field 22 (clock ticks since boot): with the PID it names one process
+# for good (a reused PID has a later start), "-" when unknown.
 # Values and args escape backslash, TAB, LF and CR as \\ \t \n \r. "noenv": environ unreadable;
 # "unread": neither environ nor cmdline answered (see listing_command).
 _ESCAPE = (
@@ -87,7 +89,8 @@ def _listing_pass(root: str) -> str:
         "{ while IFS= read -r -d '' v || [ -n \"$v\" ]; do "
         + _ESCAPE
         + 'a+=$\'\\t\'"A$v"; done; } 2>/dev/null < "$d/cmdline"; '
-        'printf \'%s %s %s %s %s %s%s\\n\' "$p" "$2" "$3" "$4" "$1" "$e" "$a"; done; exit 0'
+        'printf \'%s %s %s %s %s %s %s%s\\n\' "$p" "$2" "$3" "$4" "$1" "${20:--}" "$e" "$a"; '
+        "done; exit 0"
     )
 
 
@@ -113,7 +116,7 @@ def listing_command(root: str = "/proc", timeout: int = LISTING_READ_TIMEOUT) ->
         "empty=; echo; "
         'if [ "$p" = "$last" ]; then '
         + _READ_STAT.format(root=root)
-        + ' && printf \'%s %s %s %s %s unread\\n\' "$p" "$2" "$3" "$4" "$1"; '
+        + ' && printf \'%s %s %s %s %s %s unread\\n\' "$p" "$2" "$3" "$4" "$1" "${20:--}"; '
         "skip=$p; last=; else skip=; last=$p; fi; from=$p; done"
     )
     return "bash -c " + shlex.quote(script)
@@ -134,7 +137,7 @@ _PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
 _VLLM_TITLE = re.compile(r"^VLLM::[A-Za-z_]+")
 DEFAULT_VLLM_PORT = 8000
 _DIGITS = re.compile(r"^[0-9]+$")  # str.isdigit() accepts "²", which int() rejects
-_ROW = re.compile(r"^(\d+) (\d+) (-?\d+) (-?\d+) (\S+) (env|noenv|unread)((?:\t.*)?)$")
+_ROW = re.compile(r"^(\d+) (\d+) (-?\d+) (-?\d+) (\S+)(?: (\d+|-))? (env|noenv|unread)((?:\t.*)?)$")
 _UNESCAPE = re.compile(r"\\(.)")
 _UNESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 
@@ -162,7 +165,9 @@ class Proc:
     ``env`` holds only the ``KIMI_OPS_*`` variables, or is None when the environment could not be
     read. ``sid`` is None for a listing that has no session column (``ps`` text). ``unread``:
     neither its environment nor its command line answered within the listing's bound (a process
-    stuck in exec or on its memory-map lock): only its stat fields are known.
+    stuck in exec or on its memory-map lock): only its stat fields are known. ``start``: its
+    start time (``/proc/PID/stat`` field 22, clock ticks since boot; None when the listing has
+    none): (``pid``, ``start``) is one process, a reused PID starts later.
     """
 
     pid: int
@@ -173,6 +178,7 @@ class Proc:
     env: tuple[tuple[str, str], ...] | None = ()
     state: str = ""
     unread: bool = False
+    start: int | None = None
 
     @property
     def args(self) -> str:
@@ -307,7 +313,7 @@ parse_ps = parse_listing  # the name callers used before the /proc listing
 
 
 def _parse_row(row: re.Match[str]) -> Proc:
-    pid, ppid, pgid, sid, state, env_state, rest = row.groups()
+    pid, ppid, pgid, sid, state, start, env_state, rest = row.groups()
     env: list[tuple[str, str]] = []
     argv: list[str] = []
     for item in rest.split("\t")[1:]:
@@ -328,6 +334,7 @@ def _parse_row(row: re.Match[str]) -> Proc:
         tuple(env) if env_state == "env" else None,
         state,
         env_state == "unread",
+        int(start) if start and start != "-" else None,
     )
 
 
@@ -341,7 +348,8 @@ def format_row(p: Proc) -> str:
     argv = "".join(f"\tA{_escape(a)}" for a in p.argv)
     sid = p.pgid if p.sid is None else p.sid
     state = "unread" if p.unread else "env" if p.env is not None else "noenv"
-    return f"{p.pid} {p.ppid} {p.pgid} {sid} {p.state or 'S'} {state}{env}{argv}"
+    start = "" if p.start is None else f" {p.start}"
+    return f"{p.pid} {p.ppid} {p.pgid} {sid} {p.state or 'S'}{start} {state}{env}{argv}"
 
 
 def _python_target(argv: Sequence[str]) -> tuple[str, list[str]] | None:
@@ -628,28 +636,58 @@ _UNREAD_WHY = (
 )
 
 
+def same_process(before: Proc, now: Proc) -> bool:
+    """``now`` (a later listing's row for ``before.pid``) is still the process ``before`` was:
+    the same start time (a PID reused during a grace period starts later; vLLM's titles such as
+    ``VLLM::Worker_TP0`` are the same in every deployment, so the argv alone proves nothing) and
+    the same argv (unless one of them could not be read in time)."""
+    if before.start is not None and now.start is not None and before.start != now.start:
+        return False
+    return now.unread or before.unread or now.argv == before.argv
+
+
 def still_running(before: Selection, listing: Listing) -> list[Proc]:
-    """Targets of ``before`` still present, not zombies, same argv (no PID reuse). A process the
-    listing could not read in time (or did not reach: an incomplete listing) counts as still
-    running: nothing says it ended."""
+    """Targets of ``before`` still present, not zombies, and still the same process
+    (:func:`same_process`: start time and argv; a reused PID is not). A process the listing
+    could not read in time (or did not reach: an incomplete listing) counts as still running:
+    nothing says it ended.
+
+    The ownership decision is not taken again here: (PID, start time) names the very process
+    that was decided to be ours, which stays ours when its parent or session leader exits."""
     now = listing.by_pid()
 
     def running(p: Proc) -> bool:
         q = now.get(p.pid)
         if q is None:
             return listing.incomplete_from is not None
-        return not q.zombie and (q.unread or p.unread or q.argv == p.argv)
+        return not q.zombie and same_process(p, q)
 
     return [p for p in before.targets if running(p)]
 
 
-def signal_command(signal: str, pids: Iterable[int]) -> str:
-    """One-line command sending ``signal`` to each PID, printing ``sent PID`` or ``gone PID``."""
+def signal_command(signal: str, targets: Iterable[int | Proc]) -> str:
+    """One-line command sending ``signal`` to each target, printing ``sent PID`` or ``gone PID``.
+
+    A target given as a :class:`Proc` with a known start time is signalled only while
+    ``/proc/PID/stat`` still shows that start time, read by the same shell just before ``kill``:
+    a PID whose process ended and was reused by another one is reported ``gone`` and left alone.
+    What remains is the window between that read and ``kill(2)`` in one shell (microseconds, no
+    fork between them): a process ending and its PID being taken by a new one inside it. Only a
+    pidfd (``pidfd_open`` + ``pidfd_send_signal``) would close it, and that needs more than the
+    bash builtins these commands use. A bare PID is signalled unchecked."""
     if not re.match(r"^[A-Z0-9]+$", signal):
         raise ValueError(f"bad signal name {signal!r}")
-    ids = " ".join(str(int(p)) for p in pids)
+    ids = " ".join(
+        f"{int(t.pid)}:{int(t.start)}"
+        if isinstance(t, Proc) and t.start is not None
+        else str(int(t.pid if isinstance(t, Proc) else t))
+        for t in targets
+    )
     return (
-        f'for p in {ids}; do if kill -{signal} "$p" 2>/dev/null; '
+        f"for p in {ids}; do case $p in *:*) t=${{p#*:}}; p=${{p%%:*}}; "
+        "s=; { read -r s; } 2>/dev/null < \"/proc/$p/stat\"; s=${s##*') '}; set -- $s; "
+        '[ "${20:-}" = "$t" ] || { echo "gone $p"; continue; };; esac; '
+        f'if kill -{signal} "$p" 2>/dev/null; '
         'then echo "sent $p"; else echo "gone $p"; fi; done'
     )
 

@@ -207,7 +207,7 @@ def end_ray(
     lines = tuple(sel.describe())
     if n.host.dry:
         return skipped(step, f"dry run: would end {len(sel.targets)} Ray process(es)", lines=lines)
-    n.host.run(procs.signal_command("TERM", sel.pids), step=step)
+    n.host.run(procs.signal_command("TERM", sel.targets), step=step)
     deadline = time.monotonic() + grace
     remaining = list(sel.targets)
     while remaining and time.monotonic() < deadline:
@@ -215,7 +215,7 @@ def end_ray(
         remaining = procs.still_running(sel, probe(n, step).listing)
     killed: list[int] = []
     if remaining:
-        out = n.host.run(procs.signal_command("KILL", [p.pid for p in remaining]), step=step)
+        out = n.host.run(procs.signal_command("KILL", remaining), step=step)
         killed, _ = procs.parse_signal_output(out.stdout)
         for _ in range(20):
             sleep(0.25)

@@ -141,7 +141,7 @@ def kill_stale(
     # What the processes to be ended use in shm_dir is this deployment's: recorded first, so
     # clean-shm removes it once they are gone.
     record_shm(h, p, step, pids=selection.pids)
-    term = h.run(procs.signal_command("TERM", selection.pids), step=step)
+    term = h.run(procs.signal_command("TERM", selection.targets), step=step)
     sent, _ = procs.parse_signal_output(term.stdout)
     deadline = clock() + p.grace_seconds
     remaining = list(selection.targets)
@@ -151,7 +151,9 @@ def kill_stale(
         remaining = procs.still_running(selection, now)
     killed: list[int] = []
     if remaining:
-        out = h.run(procs.signal_command("KILL", [x.pid for x in remaining]), step=step)
+        # Only the very processes SIGTERM went to (PID and start time, checked again on the host
+        # right before the kill): a PID reused meanwhile is left alone (red team round 4, #12).
+        out = h.run(procs.signal_command("KILL", remaining), step=step)
         killed, _ = procs.parse_signal_output(out.stdout)
         for _ in range(20):
             sleep(0.25)
