@@ -15,7 +15,10 @@ Ownership rule (see :func:`owned_processes`):
   setproctitle overwrites the environ area, so ``/proc/PID/environ`` reads empty; or another
   user's process, unreadable without root), it is ours only if it sits in a session this
   deployment's launch created (the pidfile's PID, or the session of a process owned by
-  environment) whose leader is gone or ours (a live foreign leader means the PID was reused).
+  environment whose ``KIMI_OPS_LAUNCH_PID``, the launch script's ``$$``, is that session: the
+  launch led it) whose leader is gone or ours (a live foreign leader means the PID was reused).
+  A session that merely holds a process owned by environment (launch.sh run by hand, without
+  setsid, in a login session) is not ours: its other processes are left alone and named.
 - Children of an owned process are ours unless their environment names another run_dir.
 - A server that an older kimi-ops launched (no ``KIMI_OPS_RUN_DIR``) is ours only when it is the
   pidfile's PID, leads its own session, and is a vLLM server on this deployment's port.
@@ -44,6 +47,9 @@ from .redact import cut
 #: Environment variables the launch script exports; the listing prints only ``KIMI_OPS_*``.
 RUN_DIR_VAR = "KIMI_OPS_RUN_DIR"
 LAUNCH_ID_VAR = "KIMI_OPS_LAUNCH_ID"
+#: The launch script's own PID (``$$``; it ``exec``\ s the server, so the server's PID): equal to
+#: a process's session only when the launch led that session (its ``setsid``).
+LAUNCH_PID_VAR = "KIMI_OPS_LAUNCH_PID"
 
 # The listing script (bash, no fork per process): one line per process,
 #   PID PPID PGID SID STATE START env|noenv|unread[<TAB>E<NAME=VALUE>]...[<TAB>A<arg>]...
@@ -200,6 +206,13 @@ class Proc:
     @property
     def launch_id(self) -> str | None:
         return self.getenv(LAUNCH_ID_VAR)
+
+    @property
+    def launch_pid(self) -> int | None:
+        """The PID of the launch this process came from (None: not recorded, e.g. launched by a
+        kimi-ops before :data:`LAUNCH_PID_VAR`)."""
+        value = self.getenv(LAUNCH_PID_VAR) or ""
+        return int(value) if _DIGITS.match(value) else None
 
     @property
     def zombie(self) -> bool:
@@ -504,25 +517,31 @@ def owned_processes(
     protected = protected_pids(listing, self_pid)
     reasons: dict[int, str] = {}
     launch_of: dict[int, str | None] = {}
+    server_of: dict[int, int | None] = {}  # the PID of the launch (its server) each came from
 
     def other_deployment(p: Proc) -> bool:
         return p.run_dir is not None and p.run_dir != ours_dir
 
-    def take(p: Proc, why: str, launch: str | None) -> None:
+    def take(p: Proc, why: str, launch: str | None, server: int | None) -> None:
         if p.pid not in reasons:
             reasons[p.pid] = why
             launch_of[p.pid] = p.launch_id if p.launch_id is not None else launch
+            server_of[p.pid] = p.launch_pid if p.launch_pid is not None else server
 
     # 1. By environment: KIMI_OPS_RUN_DIR is this run_dir.
     for p in procs:
         if p.run_dir == ours_dir:
             lid = p.launch_id
             which = "this launch" if lid and lid == current_launch_id else f"launch {lid or '?'}"
-            take(p, f"{RUN_DIR_VAR} of this deployment, {which}", lid)
+            take(p, f"{RUN_DIR_VAR} of this deployment, {which}", lid, p.sid)
 
-    # 2. Sessions this deployment's launches created (setsid): the pidfile's, and those of
-    #    processes owned by environment. A session counts while its leader is gone, owned by
-    #    environment, or unreadable: a live leader that is readably not ours means PID reuse.
+    # 2. Sessions this deployment's launches created (setsid): the pidfile's, and the session of
+    #    a process owned by environment whose KIMI_OPS_LAUNCH_PID (the launch script's $$) is
+    #    that session: the launch led it. launch.sh run by hand without setsid leaves the server
+    #    in the caller's session, which holds other processes of the caller: not ours (red team
+    #    round 4, #8). A process from a launch before that variable names its session as before.
+    #    A session counts while its leader is gone, owned by environment, or unreadable: a live
+    #    leader that is readably not ours means PID reuse.
     def our_session(sid: int | None) -> bool:
         if sid is None or sid <= 1:
             return False
@@ -530,7 +549,14 @@ def owned_processes(
         # Its leader gone, ours, or unreadable (nothing says the PID was reused).
         return leader is None or leader.zombie or sid in reasons or leader.env is None
 
-    candidates = {by_pid[pid].sid for pid in reasons}
+    candidates: set[int | None] = set()
+    not_created: dict[int, int] = {}  # a session holding our server that no launch created
+    for pid in reasons:
+        p = by_pid[pid]
+        if p.launch_pid is None or p.launch_pid == p.sid:
+            candidates.add(p.sid)
+        elif p.sid is not None:
+            not_created.setdefault(p.sid, p.launch_pid)
     if pidfile_pid:
         candidates.add(pidfile_pid)
     sessions = {sid for sid in candidates if sid is not None and our_session(sid)}
@@ -559,10 +585,11 @@ def owned_processes(
                 legacy,
                 f"the pidfile's server on port {port} (launched without {RUN_DIR_VAR})",
                 None,
+                legacy.pid,
             )
             for p in procs:
                 if p.sid == legacy.pid and p.run_dir is None:
-                    take(p, f"in the session of the pidfile's server {legacy.pid}", None)
+                    take(p, f"in the session of the pidfile's server {legacy.pid}", None, p.sid)
 
     # 4. No KIMI_OPS_RUN_DIR to read: the environment is unreadable (another user's process), or
     #    setproctitle overwrote it (vLLM's EngineCore and Worker). Ours inside our sessions.
@@ -575,7 +602,12 @@ def owned_processes(
                 if p.env is None
                 else f"no {RUN_DIR_VAR} left in it"
             )
-            take(p, f"in session {p.sid} of this deployment ({why})", session_launch.get(p.sid))
+            take(
+                p,
+                f"in session {p.sid} of this deployment ({why})",
+                session_launch.get(p.sid),
+                p.sid,
+            )
 
     # 5. Children of what is ours, unless they name another deployment.
     children: dict[int, list[Proc]] = {}
@@ -586,7 +618,7 @@ def owned_processes(
         parent = stack.pop()
         for child in children.get(parent, ()):
             if child.pid not in reasons and not other_deployment(child):
-                take(child, f"child of {parent}", launch_of.get(parent))
+                take(child, f"child of {parent}", launch_of.get(parent), server_of.get(parent))
                 stack.append(child.pid)
 
     # A zombie has already exited: nothing to end (its parent reaps it).
@@ -594,11 +626,16 @@ def owned_processes(
         p for p in procs if p.pid in reasons and p.pid not in protected and not p.zombie
     )
     owned = {p.pid for p in targets}
-    orphans = frozenset(
-        p.pid
-        for p in targets
-        if p.sid is not None and p.sid != p.pid and (p.sid not in by_pid or by_pid[p.sid].zombie)
-    )
+
+    def server_gone(p: Proc) -> bool:
+        # Its server: the launch it came from (KIMI_OPS_LAUNCH_PID, or the launch's session).
+        server = server_of.get(p.pid)
+        if p.sid is None or server is None or server == p.pid:
+            return False
+        leader = by_pid.get(server)
+        return leader is None or leader.zombie or server not in reasons
+
+    orphans = frozenset(p.pid for p in targets if server_gone(p))
     current = frozenset(
         pid for pid in owned if current_launch_id and launch_of.get(pid) == current_launch_id
     )
@@ -607,8 +644,24 @@ def owned_processes(
         if p.unread and p.pid not in reasons and p.pid not in protected:
             foreign.append((p, _UNREAD_WHY))
             continue
+        if p.pid in reasons or p.zombie:
+            continue
         argv = server_args(p.argv)
-        if p.pid in reasons or argv is None or p.zombie:
+        if argv is None:
+            if (
+                p.sid in not_created
+                and p.sid not in sessions
+                and p.pid not in protected
+                and not other_deployment(p)
+            ):
+                foreign.append(
+                    (
+                        p,
+                        f"in session {p.sid} with this deployment's server "
+                        f"{not_created[p.sid]}, a session its launch did not create "
+                        "(launch.sh run by hand without setsid?); not ours",
+                    )
+                )
             continue
         their = server_port(argv)
         if their is None:

@@ -26,7 +26,7 @@ from .defaults import (
     STANDIN_CONFIG,
     STANDIN_SCRIPT,
 )
-from .procs import LAUNCH_ID_VAR, RUN_DIR_VAR, pidfile_process_command
+from .procs import LAUNCH_ID_VAR, LAUNCH_PID_VAR, RUN_DIR_VAR, pidfile_process_command
 from .profile import Profile
 from .shell import quote
 
@@ -129,7 +129,10 @@ def render_launch_script(
         "  exit 127",
         "fi",
         # Ownership: every process of the tree inherits these (kimi_ops.procs.owned_processes).
-        f'export {RUN_DIR_VAR}="$kimi_ops_run_dir" {LAUNCH_ID_VAR}="$kimi_ops_launch_id"',
+        # KIMI_OPS_LAUNCH_PID: this script's PID, which the server keeps (exec); equal to the
+        # session only under setsid, so a session is taken for the launch's only then.
+        f'export {RUN_DIR_VAR}="$kimi_ops_run_dir" {LAUNCH_ID_VAR}="$kimi_ops_launch_id" '
+        f'{LAUNCH_PID_VAR}="$$"',
         f"printf '%s\\n' \"$kimi_ops_launch_id\" > {LAUNCH_ID_FILE}.tmp",
         f"mv -f {LAUNCH_ID_FILE}.tmp {LAUNCH_ID_FILE}",
         f"printf '%s\\n' \"$$\" > {PIDFILE}.tmp && mv -f {PIDFILE}.tmp {PIDFILE}",

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.e2e
 #: overwrites their environ area, so /proc/PID/environ holds no KIMI_OPS_* variable there
 #: (tests/fixtures/ps/real_vllm_kimi_launch.txt). Only their session says whose they are.
 TREE = (
+    'export KIMI_OPS_LAUNCH_PID="$$"; '  # as launch.sh: its PID leads the session (setsid)
     "(exec -a python3 sleep 600) & "  # a resource_tracker-like child
     "(exec env -i PATH=/usr/bin:/bin bash -c "
     "'exec -a VLLM::EngineCore bash -c \"(exec -a VLLM::Worker sleep 600) & wait\"') & "
