@@ -517,12 +517,14 @@ def owned_processes(
     protected = protected_pids(listing, self_pid)
     reasons: dict[int, str] = {}
     launch_of: dict[int, str | None] = {}
-    server_of: dict[int, int | None] = {}  # the PID of the launch (its server) each came from
+    # The PID of the launch (its server) each came from, where recorded (KIMI_OPS_LAUNCH_PID,
+    # or inherited from the parent); unrecorded, its session leader is taken for its server.
+    server_of: dict[int, int | None] = {}
 
     def other_deployment(p: Proc) -> bool:
         return p.run_dir is not None and p.run_dir != ours_dir
 
-    def take(p: Proc, why: str, launch: str | None, server: int | None) -> None:
+    def take(p: Proc, why: str, launch: str | None, server: int | None = None) -> None:
         if p.pid not in reasons:
             reasons[p.pid] = why
             launch_of[p.pid] = p.launch_id if p.launch_id is not None else launch
@@ -533,7 +535,7 @@ def owned_processes(
         if p.run_dir == ours_dir:
             lid = p.launch_id
             which = "this launch" if lid and lid == current_launch_id else f"launch {lid or '?'}"
-            take(p, f"{RUN_DIR_VAR} of this deployment, {which}", lid, p.sid)
+            take(p, f"{RUN_DIR_VAR} of this deployment, {which}", lid)
 
     # 2. Sessions this deployment's launches created (setsid): the pidfile's, and the session of
     #    a process owned by environment whose KIMI_OPS_LAUNCH_PID (the launch script's $$) is
@@ -585,11 +587,10 @@ def owned_processes(
                 legacy,
                 f"the pidfile's server on port {port} (launched without {RUN_DIR_VAR})",
                 None,
-                legacy.pid,
             )
             for p in procs:
                 if p.sid == legacy.pid and p.run_dir is None:
-                    take(p, f"in the session of the pidfile's server {legacy.pid}", None, p.sid)
+                    take(p, f"in the session of the pidfile's server {legacy.pid}", None)
 
     # 4. No KIMI_OPS_RUN_DIR to read: the environment is unreadable (another user's process), or
     #    setproctitle overwrote it (vLLM's EngineCore and Worker). Ours inside our sessions.
@@ -602,12 +603,7 @@ def owned_processes(
                 if p.env is None
                 else f"no {RUN_DIR_VAR} left in it"
             )
-            take(
-                p,
-                f"in session {p.sid} of this deployment ({why})",
-                session_launch.get(p.sid),
-                p.sid,
-            )
+            take(p, f"in session {p.sid} of this deployment ({why})", session_launch.get(p.sid))
 
     # 5. Children of what is ours, unless they name another deployment.
     children: dict[int, list[Proc]] = {}
@@ -628,10 +624,13 @@ def owned_processes(
     owned = {p.pid for p in targets}
 
     def server_gone(p: Proc) -> bool:
-        # Its server: the launch it came from (KIMI_OPS_LAUNCH_PID, or the launch's session).
         server = server_of.get(p.pid)
-        if p.sid is None or server is None or server == p.pid:
+        if server is None:  # not recorded: its session leader (the launch's setsid) is its server
+            sid = p.sid
+            return sid is not None and sid != p.pid and (sid not in by_pid or by_pid[sid].zombie)
+        if server == p.pid:
             return False
+        # A live process under the recorded launch PID that is not ours: that PID was reused.
         leader = by_pid.get(server)
         return leader is None or leader.zombie or server not in reasons
 

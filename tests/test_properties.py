@@ -234,6 +234,7 @@ def test_launch_script_passes_any_strings_through_exactly(
     # Ownership: the tree inherits its run_dir and launch id (kimi_ops.procs.owned_processes).
     expected_env[b"KIMI_OPS_RUN_DIR"] = os.fsencode(run_dir)
     expected_env[b"KIMI_OPS_LAUNCH_ID"] = out["launch_id_file"][:-1]  # printf adds one newline
+    expected_env[b"KIMI_OPS_LAUNCH_PID"] = str(out["pid"]).encode()  # the script's $$ (exec)
     expected_env.update({os.fsencode(k): os.fsencode(v) for k, v in out["env_in"].items()})
     assert {k: environ[k] for k in expected_env if k in environ} == expected_env
     assert set(environ) - set(expected_env) <= BASH_ADDED
@@ -575,7 +576,8 @@ def test_ownership_never_takes_another_deployment_nor_the_shell(table: dict) -> 
         # Never the listing shell, its ancestry, its children, init; never another deployment.
         assert pid not in protected and pid != 1
         assert _run_dir_of(by[pid].env) in (None, OURS), (pid, sel.reasons[pid])
-    for pid in sel.orphans:  # an orphan's server (its session leader) is gone
+    # An orphan's server (its session leader: no row records KIMI_OPS_LAUNCH_PID) is gone.
+    for pid in sel.orphans:
         assert by[pid].sid not in by or by[by[pid].sid].state == "Z"
     assert not sel.current or table["launch"] is not None
 
