@@ -446,8 +446,7 @@ class Masker:
         self._pattern: re.Pattern[str] | None = None
         self._starts: dict[str, list[str]] = {}  # first character -> the forms it begins
         self._longest = 0
-        self._heads: set[str] = set()  # proper prefixes of the forms (>= MIN_CUT_PART)
-        self._tails: set[str] = set()  # proper suffixes of the forms (>= MIN_CUT_PART)
+        self._long: list[str] = []  # the forms a part of which is masked at a cut
         self._grams: set[str] = set()  # their MIN_CUT_PART-character pieces (a quick "no")
         self.add(values)
 
@@ -463,11 +462,11 @@ class Masker:
             self._starts = {}
             for form in ordered:
                 self._starts.setdefault(form[0], []).append(form)
-            long = [f for f in ordered if len(f) >= MIN_CUT_SECRET]
-            self._heads = {f[:k] for f in long for k in range(MIN_CUT_PART, len(f))}
-            self._tails = {f[-k:] for f in long for k in range(MIN_CUT_PART, len(f))}
+            # Not every prefix and suffix as a set: that is quadratic in a secret's length (a
+            # PEM key of 3 KB took 60 MB); the forms are searched at each cut instead.
+            self._long = [f for f in ordered if len(f) >= MIN_CUT_SECRET]
             n = MIN_CUT_PART
-            self._grams = {f[i : i + n] for f in long for i in range(len(f) - n + 1)}
+            self._grams = {f[i : i + n] for f in self._long for i in range(len(f) - n + 1)}
 
     def __call__(self, text: str) -> str:
         if self._pattern is None or not text:
@@ -482,24 +481,20 @@ class Masker:
         line cut in bytes on the host (``cut -b``), or cut by a limit where the secrets were not
         known, must not show a secret's first characters."""
         text = self(text)
-        if not self._heads or not text:
+        if not self._long or not text:
             return text
         spans: list[tuple[int, int]] = []
-        longest, n, grams = self._longest, MIN_CUT_PART, self._grams
+        n, grams = MIN_CUT_PART, self._grams
         for end in (*(m.start() for m in _CUT_END_RE.finditer(text)), len(text)):
-            if text[end - n : end] not in grams:
-                continue
-            for k in range(min(longest, end), MIN_CUT_PART - 1, -1):
-                if text[end - k : end] in self._heads:
-                    spans.append((end - k, end))
-                    break
+            if end >= n and text[end - n : end] in grams:
+                start = self._head_before(text, end)
+                if start is not None:
+                    spans.append((start, end))
         for start in (0, *(m.end() for m in _CUT_START_RE.finditer(text))):
-            if text[start : start + n] not in grams:
-                continue
-            for k in range(min(longest, len(text) - start), MIN_CUT_PART - 1, -1):
-                if text[start : start + k] in self._tails:
-                    spans.append((start, start + k))
-                    break
+            if text[start : start + n] in grams:
+                end = self._tail_after(text, start)
+                if end is not None:
+                    spans.append((start, end))
         out: list[str] = []
         pos = 0
         for start, end in sorted(spans):
@@ -509,6 +504,34 @@ class Masker:
             elif end > pos:  # overlaps the span before: one mask for both
                 pos = end
         return "".join(out) + text[pos:]
+
+    def _head_before(self, text: str, end: int) -> int | None:
+        """Where the longest proper prefix (>= MIN_CUT_PART) of a long form that ends at
+        ``end`` starts, or None."""
+        best: int | None = None
+        for form in self._long:
+            head = form[:MIN_CUT_PART]
+            i = text.find(head, max(0, end - len(form) + 1), end)
+            while i != -1:  # the first match is the longest prefix of this form
+                if form.startswith(text[i:end]):
+                    best = i if best is None else min(best, i)
+                    break
+                i = text.find(head, i + 1, end)
+        return best
+
+    def _tail_after(self, text: str, start: int) -> int | None:
+        """Where the longest proper suffix (>= MIN_CUT_PART) of a long form that starts at
+        ``start`` ends, or None."""
+        best: int | None = None
+        for form in self._long:
+            tail = form[-MIN_CUT_PART:]
+            j = text.rfind(tail, start, min(len(text), start + len(form) - 1))
+            while j != -1:  # the last match is the longest suffix of this form
+                if form.endswith(text[start : j + MIN_CUT_PART]):
+                    best = j + MIN_CUT_PART if best is None else max(best, j + MIN_CUT_PART)
+                    break
+                j = text.rfind(tail, start, j + MIN_CUT_PART - 1)
+        return best
 
     def stream(self) -> MaskStream:
         """A masker for text that arrives in pieces (a log being followed)."""

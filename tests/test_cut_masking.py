@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kimi_ops.diagnose import LogDiagnoser
 from kimi_ops.procs import Listing, Proc, owned_processes
@@ -137,3 +139,64 @@ def test_kill_stale_s_argv_cut_at_160_shows_no_secret(flag: str, secret: str) ->
     assert f"{flag} " in shown  # the cut fell 10 characters into the secret
     assert _shown_parts(shown, secret) == [], shown
     assert "hf_" not in shown
+
+
+def _hide_by_every_part(masker: Masker, text: str) -> str:
+    """The reference: every proper prefix / suffix (>= 6) of every long form, tried longest
+    first at each cut edge (what Masker.hide does, written the slow, obvious way)."""
+    from kimi_ops.redact import _CUT_END_RE, _CUT_START_RE
+
+    text = masker(text)
+    longs = [f for f in masker.forms if len(f) >= 8]
+    heads = {f[:k] for f in longs for k in range(6, len(f))}
+    tails = {f[-k:] for f in longs for k in range(6, len(f))}
+    spans = []
+    for end in (*(m.start() for m in _CUT_END_RE.finditer(text)), len(text)):
+        for k in range(min(max(map(len, longs)), end), 5, -1):
+            if text[end - k : end] in heads:
+                spans.append((end - k, end))
+                break
+    for start in (0, *(m.end() for m in _CUT_START_RE.finditer(text))):
+        for k in range(min(max(map(len, longs)), len(text) - start), 5, -1):
+            if text[start : start + k] in tails:
+                spans.append((start, start + k))
+                break
+    out, pos = [], 0
+    for a, b in sorted(spans):
+        if a >= pos:
+            out += [text[pos:a], MASK]
+            pos = b
+        elif b > pos:
+            pos = b
+    return "".join(out) + text[pos:]
+
+
+@given(
+    st.lists(
+        st.sampled_from(["aaBBaaBBcc", "xyzxyzxyzQ", "line", "\n", " ... ", "…", " "]), max_size=12
+    ),
+    st.integers(0, 9),
+    st.integers(1, 9),
+)
+@settings(max_examples=300, deadline=None)
+def test_hide_masks_what_every_prefix_and_suffix_would(pieces: list[str], a: int, b: int) -> None:
+    # the parts are searched at each cut, not kept as sets of every prefix and suffix
+    masker = Masker(["aaBBaaBBcc", "xyzxyzxyzQ"])
+    text = "".join(pieces)
+    text = text[a:] + "aaBBaaBBcc"[: 6 + b % 4] + "\n" + "xyzxyzxyzQ"[b % 4 :]
+    assert masker.hide(text) == _hide_by_every_part(masker, text)
+
+
+def test_a_long_secret_costs_memory_linear_in_its_length() -> None:
+    # a PEM key as a secret env value: every prefix and suffix kept as a set took 60 MB for 3 KB
+    import tracemalloc
+
+    pem = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(f"{i:04d}" + "Q" * 60 for i in range(50))
+    tracemalloc.start()
+    try:
+        masker = Masker([pem])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, peak
+    assert masker.hide("key: " + pem[:2000]).endswith(MASK)
