@@ -26,7 +26,7 @@ from standin.frames import (
 from standin.gpustate import update_state
 from standin.httpapi import StandinApp, StandinHTTPServer
 from standin.logfmt import Role, plain
-from standin.procs import fork_child
+from standin.procs import fork_child, reap_child
 from standin.ray_join import RayExecutor
 from standin.shm import create_shm_files, remove_files
 from standin.startup import (
@@ -120,16 +120,7 @@ class Server:
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                self.engine_status = status
-                return
-            time.sleep(0.02)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        self.engine_status = os.waitpid(pid, 0)[1]
+        self.engine_status = reap_child(pid, time.monotonic() + 3.0)
 
     def reap_engine(self) -> None:
         if self.engine_pid is not None and self.engine_status is None:

@@ -34,7 +34,7 @@ from standin.frames import (
 )
 from standin.gpustate import pid_alive, read_state
 from standin.logfmt import GIB, Role, plain, tqdm_text
-from standin.procs import fork_child, set_comm, worker_main
+from standin.procs import fork_child, reap_child, set_comm, worker_main
 from standin.startup import Plan
 
 
@@ -71,16 +71,10 @@ class Engine:
         for pid in self.workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + 5.0  # then SIGKILL: a worker that ignored SIGTERM
         for pid in self.workers:
             with contextlib.suppress(ChildProcessError):
-                while not os.waitpid(pid, os.WNOHANG)[0]:
-                    if time.monotonic() >= deadline:  # a worker that ignored SIGTERM
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
-                        os.waitpid(pid, 0)
-                        break
-                    time.sleep(0.02)
+                reap_child(pid, deadline)
         self.workers = []
         raise SystemExit(code)
 

@@ -55,3 +55,16 @@ def fork_child(target: Callable[[], int], close_fds: tuple[int, ...] = ()) -> in
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return pid
+
+
+def reap_child(pid: int, deadline: float) -> int:
+    """Wait for the child ``pid`` (already asked to stop) until ``deadline`` (monotonic), then
+    SIGKILL it; its wait status."""
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
