@@ -17,9 +17,15 @@ FAB = Path(sys.executable).parent / "fab"
 SHARED_LOGS = REPO.parent / "shared" / "vllm" / "logs"
 
 
-def fab(*args: str) -> subprocess.CompletedProcess[str]:
+def fab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(FAB), *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        [str(FAB), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
     )
 
 
@@ -140,14 +146,7 @@ def test_fab_demo_runs_the_whole_story_in_under_a_minute() -> None:
 
 def test_fab_demo_engine_vllm_without_the_engine_says_how_to_install(tmp_path: Path) -> None:
     env = {**os.environ, "KIMI_OPS_VLLM_VENV": str(tmp_path / "no-venv")}
-    out = subprocess.run(
-        [str(FAB), "demo", "--engine", "vllm"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    out = fab("demo", "--engine", "vllm", env=env)
     assert out.returncode == 1, out
     text = out.stdout + out.stderr
     assert "bash scripts/install_vllm_cpu.sh" in text and str(tmp_path / "no-venv") in text, text
@@ -162,14 +161,7 @@ def test_fab_dry_demo_is_refused_in_one_line_before_anything_is_written(
     ended in a StepFailed traceback (exit 1). The demo's steps need the server it starts, so a
     dry demo is refused: one line, exit 1, no temporary directory made."""
     env = {**os.environ, "TMPDIR": str(tmp_path), "KIMI_OPS_VLLM_VENV": str(tmp_path / "no")}
-    out = subprocess.run(
-        [str(FAB), "--dry", "demo", "--engine", engine],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    out = fab("--dry", "demo", "--engine", engine, env=env)
     assert out.returncode == 1, out
     assert out.stdout == "", out.stdout
     assert out.stderr.splitlines() == [

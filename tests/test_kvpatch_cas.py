@@ -11,7 +11,6 @@ kept" when no backup exists. The same for `--restore`.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -19,28 +18,13 @@ from typing import Any
 
 import pytest
 from invoke import Context
+from test_kvpatch_shared_dir import FIXTURE, NAMES, _model, _profile
 
 from kimi_ops import kvpatch
 from kimi_ops.errors import StepFailed
-from kimi_ops.profile import Profile, load_profile
 from kimi_ops.result import Status
 from tasks import steps
 from tasks.host import Host
-
-FIXTURE = Path(__file__).parent / "fixtures" / "model"
-NAMES = ("config.json", "hf_quant_config.json")
-
-
-def _model(tmp_path: Path) -> Path:
-    model = tmp_path / "model"
-    model.mkdir()
-    for name in NAMES:
-        shutil.copy(FIXTURE / name, model / name)
-    return model
-
-
-def _profile(model: Path) -> Profile:
-    return load_profile({"model": str(model)})
 
 
 def _snapshot(model: Path) -> dict[str, bytes]:

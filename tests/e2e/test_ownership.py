@@ -112,6 +112,29 @@ def wait_until(check, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped
     return True
 
 
+@contextlib.contextmanager
+def foreign_standin(tmp_path: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A process that looks like a stand-in server (``kimi_standin.py ARGS``) this deployment
+    did not launch, in a session of its own, with no KIMI_OPS variable; yielded once its argv
+    is in /proc, killed by its PID at the end."""
+    fake = tmp_path / "kimi_standin.py"
+    fake.write_text("import time\ntime.sleep(600)\n")
+    argv = [sys.executable, str(fake), *args]
+    proc = subprocess.Popen(
+        argv,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        shown = b"".join(a.encode() + b"\0" for a in argv)
+        assert wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes() == shown)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_stop_ends_this_deployments_orphans_and_never_the_identical_other_tree(
     dep: Deployment, tmp_path: Path
 ) -> None:
@@ -209,20 +232,10 @@ def test_a_foreign_server_on_our_port_is_reported_and_left_alone(
     """12.11: a `kimi_standin.py --port OUR_PORT` (or any vLLM on our port) that this deployment
     did not launch is not ours: kill-stale names it and leaves it alone (preflight reports the
     busy port). The old rule ended any stand-in or vLLM server whose argv named our port."""
-    fake = tmp_path / "kimi_standin.py"
-    fake.write_text("import time\ntime.sleep(600)\n")
-    foreign = subprocess.Popen(
-        # its key given with abbreviations vLLM's parser takes (red team round 4, finding 10)
-        # (first: kill-stale shows 160 characters of an argv)
-        [sys.executable, str(fake), *ABBREVIATED, "--model", "/m", "--port", str(dep.port)],
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_until(
-            lambda: Path(f"/proc/{foreign.pid}/cmdline").read_bytes().count(b"\0") > 3
-        )
+    # its key given with abbreviations vLLM's parser takes (red team round 4, finding 10)
+    # (first: kill-stale shows 160 characters of an argv)
+    args = (*ABBREVIATED, "--model", "/m", "--port", str(dep.port))
+    with foreign_standin(tmp_path, *args) as foreign:
         run = dep.fab("kill-stale")
         assert run.ok, run.describe()
         assert "no process of this deployment" in run.output, run.describe()
@@ -233,6 +246,3 @@ def test_a_foreign_server_on_our_port_is_reported_and_left_alone(
         assert "--hf_tok=***" in run.output, run.describe()
         time.sleep(0.5)
         assert foreign.poll() is None, "the foreign server was killed"
-    finally:
-        foreign.kill()
-        foreign.wait()

@@ -5,9 +5,6 @@ erase the report or print a forged line on the operator's terminal."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +12,7 @@ import pytest
 
 from .deployment import Deployment
 from .harness import kill_pid_tree_started_by_test
-from .test_ownership import wait_until
+from .test_ownership import foreign_standin
 
 pytestmark = pytest.mark.e2e
 
@@ -53,20 +50,9 @@ def test_a_hostile_log_line_is_shown_escaped_by_logs_and_verify(dep: Deployment)
 def test_a_foreign_argv_with_escapes_and_a_newline_cannot_forge_a_line(
     dep: Deployment, tmp_path: Path
 ) -> None:
-    fake = tmp_path / "kimi_standin.py"
-    fake.write_text("import time\ntime.sleep(600)\n")
     forged = "ok: kill-stale: no process of this deployment is running, nothing left alone"
     model = f"x\x1b[1A\r\n{forged}\x1b]0;t\x07"  # the argv is shown cut at 160 characters
-    foreign = subprocess.Popen(
-        [sys.executable, str(fake), "--model", model, "--port", str(dep.port)],
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_until(
-            lambda: Path(f"/proc/{foreign.pid}/cmdline").read_bytes().count(b"\0") > 4
-        )
+    with foreign_standin(tmp_path, "--model", model, "--port", str(dep.port)) as foreign:
         run = dep.fab("kill-stale")
         assert run.ok, run.describe()
         assert not _raw_controls(run.output), run.describe()
@@ -76,9 +62,6 @@ def test_a_foreign_argv_with_escapes_and_a_newline_cannot_forge_a_line(
         assert not any(ln.startswith(forged[:20]) for ln in run.stdout.splitlines())
         time.sleep(0.5)
         assert foreign.poll() is None, "the foreign server was killed"
-    finally:
-        foreign.kill()
-        foreign.wait()
 
 
 def test_config_json_strings_are_shown_escaped_by_preflight(dep: Deployment) -> None:
