@@ -280,15 +280,23 @@ def _str(key: str, value: Any, *, optional: bool = False, nonempty: bool = True)
     return value
 
 
+def _known_secrets(
+    env: Mapping[str, str], api_key: str | None, patterns: Sequence[str]
+) -> dict[str, str]:
+    """The profile's secret values by where they are given (``env.NAME``, ``api_key``)."""
+    known = {f"env.{k}": v for k, v in env.items() if is_secret_env(k, v, patterns)}
+    if api_key:
+        known["api_key"] = api_key
+    return known
+
+
 def _no_secret_value_in_args(
     args: tuple[str, ...], env: Mapping[str, str], api_key: str | None, patterns: Sequence[str]
 ) -> None:
     """ProfileError if an extra argument holds the value of a secret the profile knows (a
     secret ``env`` value, ``api_key``): every extra argument is on the server's command line
     (``ps``) and in launch.sh, which masking the diff would have hidden from the user."""
-    known = {f"env.{k}": v for k, v in env.items() if is_secret_env(k, v, patterns)}
-    if api_key:
-        known["api_key"] = api_key
+    known = _known_secrets(env, api_key, patterns)
     for i, arg in enumerate(args):
         for where, value in known.items():
             if len(value) >= MIN_MASK_LENGTH and value in arg:
@@ -308,9 +316,7 @@ def _no_secret_value_in_env(
     (a secret ``env`` value or a part of it: a URL's password; ``api_key``): a non-secret value
     is exported from launch.sh in clear, which masking the diff would have hidden from the
     user (red-team round 4, #17)."""
-    known = {f"env.{k}": v for k, v in env.items() if is_secret_env(k, v, patterns)}
-    if api_key:
-        known["api_key"] = api_key
+    known = _known_secrets(env, api_key, patterns)
     for name, text in env.items():
         if is_secret_env(name, text, patterns):
             continue
